@@ -1,0 +1,1 @@
+"""Data side of crossmod: the Sample record, sources, shards, folds and the streaming datamodule."""

@@ -1,0 +1,247 @@
+"""MemeDataModule: converts a source to shards once, then streams them with webdataset.
+
+Training streams resampled shards with a fixed epoch length, so every rank runs the same number of
+batches. Evaluation is exact: each val/test shard goes to exactly one (rank, worker) consumer, so
+every sample is scored once, whatever the number of ranks, workers and shards.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Protocol
+
+import lightning as L
+import torch
+import webdataset as wds
+from filelock import FileLock
+from torch.utils.data import DataLoader, get_worker_info
+
+from datamodules.folds import ensure_folds, find_folds
+from datamodules.sample import decode_shard_entry
+from datamodules.shards import fingerprint, read_manifest, verify_shards, write_shards
+
+
+class Source(Protocol):
+    """What a raw-dataset converter or generator offers the datamodule."""
+
+    name: str
+    heads: dict[str, dict[str, Any]]
+
+    def params(self) -> dict[str, Any]: ...
+    def __iter__(self): ...
+
+
+class Preprocessor(Protocol):
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]: ...
+    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]: ...
+
+
+class ShardsForConsumer:
+    """Pipeline stage giving shard i to the consumer (rank, worker) with i % consumers == its index."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+
+    def __call__(self, src):
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        consumer, consumers = self.rank * num_workers + worker, self.world_size * num_workers
+        for index, item in enumerate(src):
+            if index % consumers == consumer:
+                yield item
+
+
+class FoldFilter:
+    """Keep samples whose group is (or is not) in the held-out fold."""
+
+    def __init__(self, assignment: dict[str, int], fold: int, held_out: bool) -> None:
+        self.assignment, self.fold, self.held_out = assignment, fold, held_out
+
+    def __call__(self, sample: dict[str, Any]) -> bool:
+        group = sample["group"]
+        if group not in self.assignment:
+            raise KeyError(f"sample {sample['id']}: group {group} has no fold in the manifest (stale shards?)")
+        return (self.assignment[group] == self.fold) == self.held_out
+
+
+class MemeDataModule(L.LightningDataModule):
+    """Streams memes from WebDataset shards built (once, under a lock) from a source."""
+
+    def __init__(
+        self,
+        heads: dict[str, dict[str, Any]],
+        source: Source | None = None,
+        shard_root: str | None = None,
+        shard_dir: str | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        fold: int | None = None,
+        num_folds: int = 5,
+        fold_seed: int = 0,
+        train_splits: list[str] = ("train",),
+        val_splits: list[str] = ("val",),
+        test_splits: list[str] = ("test",),
+        samples_per_shard: int = 500,
+        shuffle_buffer: int = 1000,
+        epoch_samples: int | None = None,
+        allow_skip: bool = False,
+        verify: bool = True,
+        seed: int = 0,
+        preprocessor: Preprocessor | None = None,
+    ) -> None:
+        super().__init__()
+        if source is None and shard_dir is None:
+            raise ValueError("MemeDataModule needs a source to convert or a shard_dir with prepared shards")
+        if source is not None and shard_root is None and shard_dir is None:
+            raise ValueError("MemeDataModule needs shard_root (where converted shards are cached) or shard_dir")
+        if fold is not None and not 0 <= fold < num_folds:
+            raise ValueError(f"fold={fold} is outside 0..{num_folds - 1} (num_folds={num_folds})")
+        self.heads = {name: dict(spec) for name, spec in heads.items()}
+        self.source, self.fold, self.num_folds, self.fold_seed = source, fold, num_folds, fold_seed
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        self.num_workers, self.samples_per_shard = num_workers, samples_per_shard
+        self.train_splits, self.val_splits, self.test_splits = list(train_splits), list(val_splits), list(test_splits)
+        self.shuffle_buffer, self.epoch_samples, self.seed = shuffle_buffer, epoch_samples, seed
+        self.allow_skip, self.verify = allow_skip, verify
+        self.preprocessor = preprocessor
+        if shard_dir is not None:
+            self.dataset_dir = Path(shard_dir)
+        else:
+            self.dataset_dir = Path(shard_root) / f"{source.name}-{fingerprint(source.params())}"
+        self.manifest: dict[str, Any] = {}
+        self.folds: dict[str, Any] | None = None
+
+    # ---------------------------------------------------------------- preparation
+    def prepare_data(self) -> None:
+        """Convert the source to shards if they are missing; add the fold assignment if new.
+
+        Runs on one process per node under Lightning; the file lock also covers every rank of a
+        SLURM job calling it at once (the first converts, the others wait and reuse).
+        """
+        self.dataset_dir.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.dataset_dir) + ".lock"):
+            if not (self.dataset_dir / "manifest.json").is_file():
+                if self.source is None:
+                    raise FileNotFoundError(f"no manifest.json in shard_dir {self.dataset_dir}; prepare the shards first")
+                print(f"Converting {self.source.name} to shards in {self.dataset_dir} …", flush=True)
+                write_shards(
+                    self.source, self.dataset_dir, dataset=self.source.name, heads=self.source.heads,
+                    params=self.source.params(), maxcount=self.samples_per_shard, allow_skip=self.allow_skip,
+                    extra=self._source_summary(), progress_every=2000,
+                )
+            elif self.verify:
+                verify_shards(self.dataset_dir)
+            if self.fold is not None:
+                ensure_folds(self.dataset_dir, self.num_folds, self.fold_seed, self.fold_splits)
+
+    def _source_summary(self) -> dict[str, Any]:
+        summary = getattr(self.source, "summary", None)
+        return {"source_summary": summary()} if callable(summary) else {}
+
+    @property
+    def fold_splits(self) -> list[str]:
+        return sorted(set(self.train_splits) | set(self.val_splits))
+
+    # ---------------------------------------------------------------- setup
+    def setup(self, stage: str | None = None) -> None:
+        self.manifest = read_manifest(self.dataset_dir)
+        self._check_heads()
+        if self.preprocessor is None and self.trainer is not None:
+            self.preprocessor = self.trainer.lightning_module.preprocessor
+        if self.fold is not None:
+            self.folds = find_folds(self.manifest, self.num_folds, self.fold_seed, self.fold_splits)
+            if self.folds is None:
+                raise RuntimeError(f"{self.dataset_dir}: no fold assignment for num_folds={self.num_folds}, seed={self.fold_seed}; run prepare_data first")
+
+    def _check_heads(self) -> None:
+        available = self.manifest["heads"]
+        for name, spec in self.heads.items():
+            if name not in available:
+                raise ValueError(f"head {name!r} is not in the dataset {self.manifest['dataset']} (heads there: {sorted(available)})")
+            if available[name]["kind"] != spec["kind"]:
+                raise ValueError(f"head {name!r} is {available[name]['kind']} in the dataset, but the config says {spec['kind']}")
+
+    def _shards(self, splits: list[str]) -> list[str]:
+        return [str(self.dataset_dir / s["name"]) for s in self.manifest["shards"] if s["split"] in splits]
+
+    def _rank_world(self) -> tuple[int, int]:
+        if self.trainer is not None:
+            return self.trainer.global_rank, self.trainer.world_size
+        return 0, 1
+
+    @property
+    def has_test_split(self) -> bool:
+        return bool(self._shards(self.test_splits))
+
+    def num_samples(self, stage: str) -> int:
+        """Samples in a stage's stream (train / val / test) under the current split or fold."""
+        by_split = self.manifest["counts"]["split"]
+        if self.folds is None or (stage == "test" and self.has_test_split):
+            splits = {"train": self.train_splits, "val": self.val_splits, "test": self.test_splits}[stage]
+            return sum(by_split.get(split, 0) for split in splits)
+        per_fold = self.folds["samples_per_fold"]
+        return sum(per_fold) - per_fold[self.fold] if stage == "train" else per_fold[self.fold]
+
+    # ---------------------------------------------------------------- loaders
+    def train_dataloader(self) -> DataLoader:
+        rank, world = self._rank_world()
+        splits = self.fold_splits if self.folds is not None else self.train_splits
+        urls = self._shards(splits)
+        if not urls:
+            raise ValueError(f"{self.dataset_dir}: no shards for training splits {splits}")
+        samples = self.epoch_samples or self.num_samples("train")
+        batches_per_rank = max(1, math.ceil(samples / (self.batch_size * world)))
+        workers = max(1, self.num_workers)
+        per_worker = math.ceil(batches_per_rank / workers)
+        stages: list[Any] = [
+            wds.ResampledShards(urls, seed=self.seed + 7919 * rank, deterministic=True),
+            wds.tarfile_to_samples(handler=wds.reraise_exception),
+            wds.shuffle(self.shuffle_buffer, initial=min(self.shuffle_buffer, 100), seed=self.seed + rank),
+            wds.map(decode_shard_entry),
+        ]
+        if self.folds is not None:
+            stages.append(wds.select(FoldFilter(self.folds["assignment"], self.fold, held_out=False)))
+        stages += [
+            wds.map(self.preprocessor),
+            wds.batched(self.batch_size, collation_fn=self.preprocessor.collate, partial=False),
+        ]
+        pipeline = wds.DataPipeline(*stages).with_epoch(per_worker).with_length(per_worker * workers)
+        return self._loader(pipeline)
+
+    def _eval_dataloader(self, stage: str) -> DataLoader:
+        rank, world = self._rank_world()
+        held_out_fold = self.folds is not None and not (stage == "test" and self.has_test_split)
+        splits = self.fold_splits if held_out_fold else (self.val_splits if stage == "val" else self.test_splits)
+        urls = self._shards(splits)
+        if not urls and stage == "test" and self.folds is None:
+            splits, urls = self.val_splits, self._shards(self.val_splits)
+        stages: list[Any] = [
+            wds.SimpleShardList(urls),
+            ShardsForConsumer(rank, world),
+            wds.tarfile_to_samples(handler=wds.reraise_exception),
+            wds.map(decode_shard_entry),
+        ]
+        if held_out_fold:
+            stages.append(wds.select(FoldFilter(self.folds["assignment"], self.fold, held_out=True)))
+        stages += [
+            wds.map(self.preprocessor),
+            wds.batched(self.eval_batch_size, collation_fn=self.preprocessor.collate, partial=True),
+        ]
+        return self._loader(wds.DataPipeline(*stages))
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_dataloader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_dataloader("test")
+
+    def _loader(self, dataset: torch.utils.data.IterableDataset) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=None,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            prefetch_factor=4 if self.num_workers > 0 else None,
+        )

@@ -1,0 +1,180 @@
+"""Write Sample records into WebDataset tar shards plus a manifest, atomically.
+
+A dataset directory only appears under its final name once every shard and the manifest are
+complete: writing happens in a sibling `.partial` directory that is renamed at the end, so an
+interrupted conversion never leaves something that looks finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import webdataset as wds
+
+from datamodules.sample import Sample
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Skipped:
+    """An input a source could not turn into a Sample; recorded in the manifest, never dropped silently."""
+
+    input: str
+    reason: str
+
+
+def fingerprint(params: dict[str, Any]) -> str:
+    """Stable short hash of a source's parameters: the cache key of its shards."""
+    blob = json.dumps(params, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"no {MANIFEST} in {directory}: the shards were never completed")
+    return json.loads(path.read_text())
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write JSON through a temporary file and rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, ensure_ascii=False))
+    os.replace(tmp, path)
+
+
+class _SplitWriter:
+    """Rolls shards of at most `maxcount` samples for one split."""
+
+    def __init__(self, directory: Path, split: str, maxcount: int) -> None:
+        self.directory, self.split, self.maxcount = directory, split, maxcount
+        self.shards: list[dict[str, Any]] = []
+        self._writer: wds.TarWriter | None = None
+        self._count = 0
+
+    def write(self, entry: dict[str, Any]) -> None:
+        if self._writer is None or self._count >= self.maxcount:
+            self.close()
+            name = f"{self.split}-{len(self.shards):06d}.tar"
+            self.shards.append({"name": name, "split": self.split, "count": 0})
+            self._writer = wds.TarWriter(str(self.directory / name))
+            self._count = 0
+        self._writer.write(entry)
+        self._count += 1
+        self.shards[-1]["count"] += 1
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def write_shards(
+    records: Iterable[Sample | Skipped],
+    out_dir: str | Path,
+    *,
+    dataset: str,
+    heads: dict[str, dict[str, Any]],
+    params: dict[str, Any],
+    maxcount: int = 500,
+    allow_skip: bool = False,
+    extra: dict[str, Any] | None = None,
+    progress_every: int = 0,
+) -> dict[str, Any]:
+    """Validate and write `records` as `<split>-NNNNNN.tar` shards with a manifest; return the manifest.
+
+    A `Skipped` record stops the conversion unless `allow_skip`, in which case it is counted in the
+    manifest. Inputs read always equal samples written plus skipped.
+    """
+    out_dir = Path(out_dir)
+    partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    writers: dict[str, _SplitWriter] = {}
+    counts: dict[str, Any] = {"split": Counter(), "lang": Counter(), "label": defaultdict(Counter)}
+    skipped: list[dict[str, str]] = []
+    seen_ids: set[str] = set()
+    written = 0
+    start = time.time()
+    try:
+        for record in records:
+            if isinstance(record, Skipped):
+                if not allow_skip:
+                    raise ValueError(f"{dataset}: cannot convert {record.input}: {record.reason} (allow skipping to count it instead)")
+                skipped.append({"input": record.input, "reason": record.reason})
+                continue
+            record.validate(heads)
+            if record.id in seen_ids:
+                raise ValueError(f"{dataset}: duplicate sample id {record.id}")
+            seen_ids.add(record.id)
+            split = record.split or "all"
+            writer = writers.get(split) or writers.setdefault(split, _SplitWriter(partial, split, maxcount))
+            writer.write(record.to_shard_entry(f"{written:09d}"))
+            written += 1
+            counts["split"][split] += 1
+            counts["lang"][record.lang] += 1
+            for head in heads:
+                counts["label"][head][json.dumps(record.labels.get(head))] += 1
+            if progress_every and written % progress_every == 0:
+                print(f"[{dataset}] {written} samples written, {len(skipped)} skipped ({time.time() - start:.0f}s)", flush=True)
+    finally:
+        for writer in writers.values():
+            writer.close()
+    shards = [shard for writer in writers.values() for shard in writer.shards]
+    for shard in shards:
+        shard["sha256"] = sha256_file(partial / shard["name"])
+    manifest = {
+        "dataset": dataset,
+        "schema_version": SCHEMA_VERSION,
+        "fingerprint": fingerprint(params),
+        "params": params,
+        "heads": heads,
+        "inputs_read": written + len(skipped),
+        "samples_written": written,
+        "counts": {
+            "split": dict(counts["split"]),
+            "lang": dict(counts["lang"]),
+            "label": {head: dict(c) for head, c in counts["label"].items()},
+        },
+        "skipped": skipped,
+        "shards": shards,
+        "folds": [],
+        **(extra or {}),
+    }
+    write_json_atomic(partial / "manifest.json", manifest)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(partial, out_dir)
+    return manifest
+
+
+def verify_shards(directory: str | Path) -> dict[str, Any]:
+    """Check every shard's checksum against the manifest; raise naming the first shard that differs."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    for shard in manifest["shards"]:
+        path = directory / shard["name"]
+        if not path.is_file():
+            raise FileNotFoundError(f"shard {path} listed in the manifest is missing")
+        if sha256_file(path) != shard["sha256"]:
+            raise ValueError(f"shard {path} does not match its manifest checksum (corrupt or rewritten)")
+    return manifest

@@ -1,0 +1,1 @@
+"""Metrics and reports over per-head predictions."""

@@ -1,0 +1,33 @@
+"""Culture alignment: how well each head's (or model's) scores match each culture's labels."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+
+def read_predictions(path: str | Path) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+    """Binary-head predictions CSV → (probabilities head → id → p, labels head → id → y)."""
+    probs: dict[str, dict[str, float]] = {}
+    labels: dict[str, dict[str, int]] = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            probs.setdefault(row["head"], {})[row["id"]] = float(row["probability"])
+            if row["label"] != "":
+                labels.setdefault(row["head"], {})[row["id"]] = int(row["label"])
+    return probs, labels
+
+
+def alignment_matrix(probs: dict[str, dict[str, float]], labels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
+    """AUROC of every head's scores against every culture's labels, over the ids both cover."""
+    matrix: dict[str, dict[str, float]] = {}
+    for head, scores in probs.items():
+        matrix[head] = {}
+        for culture, truth in labels.items():
+            ids = sorted(set(scores) & set(truth))
+            y = np.array([truth[i] for i in ids])
+            matrix[head][culture] = float(roc_auc_score(y, [scores[i] for i in ids])) if len(set(y)) == 2 else float("nan")
+    return matrix

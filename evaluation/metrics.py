@@ -1,0 +1,112 @@
+"""Per-head AUROC / accuracy / F1 over the whole gathered evaluation set.
+
+`HeadMetrics.update` only appends device tensors (no host syncs per step); everything is
+computed once at epoch end, after torchmetrics has gathered the states from every rank.
+States are kept flat (1-D) so that a rank that saw no sample still concatenates cleanly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torchmetrics import Metric
+from torchmetrics.functional.classification import (
+    binary_accuracy,
+    binary_auroc,
+    binary_f1_score,
+    multiclass_accuracy,
+    multiclass_auroc,
+    multiclass_f1_score,
+    multilabel_accuracy,
+    multilabel_auroc,
+    multilabel_f1_score,
+)
+from torchmetrics.utilities import dim_zero_cat
+
+from models.heads import head_width, label_mask, probabilities
+
+METRICS = ("auroc", "acc", "f1")
+
+
+def _has_both_classes(target: torch.Tensor) -> bool:
+    return target.numel() > 0 and bool((target == 1).any()) and bool((target == 0).any())
+
+
+def head_scores(probs: torch.Tensor, target: torch.Tensor, spec: dict[str, Any]) -> dict[str, float]:
+    """AUROC, accuracy and F1 of one head on annotated items; NaN where a metric is undefined."""
+    mask = label_mask(target)
+    probs, target = probs[mask], target[mask]
+    if target.numel() == 0:
+        return {name: math.nan for name in METRICS}
+    kind = spec["kind"]
+    if kind == "binary":
+        target = target.long()
+        auroc = float(binary_auroc(probs, target)) if _has_both_classes(target) else math.nan
+        return {"auroc": auroc, "acc": float(binary_accuracy(probs, target)), "f1": float(binary_f1_score(probs, target))}
+    n = len(spec["classes"])
+    if kind == "multiclass":
+        target = target.long()
+        return {
+            "auroc": float(multiclass_auroc(probs, target, num_classes=n)),
+            "acc": float(multiclass_accuracy(probs, target, num_classes=n, average="micro")),
+            "f1": float(multiclass_f1_score(probs, target, num_classes=n, average="macro")),
+        }
+    target = target.long()
+    return {
+        "auroc": float(multilabel_auroc(probs, target, num_labels=n)),
+        "acc": float(multilabel_accuracy(probs, target, num_labels=n)),
+        "f1": float(multilabel_f1_score(probs, target, num_labels=n)),
+    }
+
+
+def macro_mean(per_head: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Mean over heads of each metric, ignoring heads where it is undefined."""
+    means = {}
+    for name in METRICS:
+        values = [scores[name] for scores in per_head.values() if not math.isnan(scores[name])]
+        means[name] = sum(values) / len(values) if values else math.nan
+    return means
+
+
+def _cat(state: list[torch.Tensor] | torch.Tensor) -> torch.Tensor:
+    if isinstance(state, torch.Tensor):
+        return state
+    return dim_zero_cat(state) if state else torch.zeros(0)
+
+
+class HeadMetrics(Metric):
+    """Collects probabilities and targets per head; `compute` returns `{head}/{metric}` and `mean/{metric}`."""
+
+    full_state_update = False
+
+    def __init__(self, heads: dict[str, dict[str, Any]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.heads = {name: dict(spec) for name, spec in heads.items()}
+        for name in self.heads:
+            self.add_state(f"probs_{name}", default=[], dist_reduce_fx="cat")
+            self.add_state(f"target_{name}", default=[], dist_reduce_fx="cat")
+
+    def update(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> None:
+        for name, spec in self.heads.items():
+            probs = probabilities(logits[name].detach().float(), spec["kind"])
+            getattr(self, f"probs_{name}").append(probs.reshape(-1))
+            getattr(self, f"target_{name}").append(labels[name].float().reshape(-1))
+
+    def gathered(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Probabilities and targets of one head, reshaped back from the flat states."""
+        spec = self.heads[name]
+        probs, target = (_cat(getattr(self, f"{kind}_{name}")) for kind in ("probs", "target"))
+        width = head_width(spec)
+        if spec["kind"] == "binary":
+            return probs, target
+        probs = probs.reshape(-1, width)
+        target = target.reshape(-1, width) if spec["kind"] == "multilabel" else target
+        return probs, target
+
+    def compute(self) -> dict[str, float]:
+        per_head = {name: head_scores(*self.gathered(name), spec) for name, spec in self.heads.items()}
+        flat = {f"{head}/{metric}": value for head, scores in per_head.items() for metric, value in scores.items()}
+        flat.update({f"mean/{metric}": value for metric, value in macro_mean(per_head).items()})
+        return flat

@@ -1,0 +1,1 @@
+"""Model side of crossmod: backbones, fusion, heads, preprocessors and the LightningModule."""

@@ -1,0 +1,1 @@
+"""Feature extractors for one modality each; fusion modules combine them."""

@@ -1,0 +1,114 @@
+"""MemeClassifier: backbone → features → one output per head, with masked losses and per-head metrics.
+
+The backbone is built in `configure_model` from its config, so large models can be created
+sharded (DeepSpeed ZeRO-3) or on the right device; the preprocessor is built eagerly because the
+datamodule needs it before any weights exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torchmetrics import MeanMetric
+
+from evaluation.metrics import HeadMetrics
+from models.heads import ClassificationHeads, masked_loss, probabilities
+
+EVAL_STAGES = ("val", "test")
+
+
+def _plain(config: Any) -> Any:
+    return OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
+
+
+class MemeClassifier(L.LightningModule):
+    """Multi-head classifier over any feature backbone (text, image, fusion …)."""
+
+    def __init__(
+        self,
+        backbone: dict[str, Any],
+        preprocessor: dict[str, Any],
+        heads: dict[str, dict[str, Any]],
+        optimizer: dict[str, Any],
+        scheduler: dict[str, Any] | None = None,
+        head_dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")})
+        self.heads_spec = {name: dict(spec) for name, spec in _plain(heads).items()}
+        self.preprocessor = instantiate(self.hparams.preprocessor, heads=self.heads_spec)
+        self.backbone: nn.Module | None = None
+        self.heads: ClassificationHeads | None = None
+        self.metrics = nn.ModuleDict({stage: HeadMetrics(self.heads_spec) for stage in EVAL_STAGES})
+        self.losses = nn.ModuleDict({stage: MeanMetric(nan_strategy="disable") for stage in EVAL_STAGES})
+        self.prediction_records: list[dict[str, Any]] = []
+        self.record_predictions = False
+
+    def configure_model(self) -> None:
+        """Build backbone and heads once (Lightning calls this inside the strategy's init context)."""
+        if self.backbone is not None:
+            return
+        self.backbone = instantiate(self.hparams.backbone)
+        self.heads = ClassificationHeads(self.backbone.output_dim, self.heads_spec, self.hparams.head_dropout)
+
+    def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        return self.heads(self.backbone(batch))
+
+    def _loss(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> torch.Tensor:
+        losses = [masked_loss(logits[name], labels[name], spec["kind"])[0] for name, spec in self.heads_spec.items()]
+        return torch.stack(losses).mean()
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        logits = self(batch)
+        loss = self._loss(logits, batch["labels"])
+        self.log("train/loss", loss, on_step=True, on_epoch=False, batch_size=len(batch["ids"]))
+        return loss
+
+    def _eval_step(self, stage: str, batch: dict[str, Any]) -> None:
+        logits = self(batch)
+        self.metrics[stage].update(logits, batch["labels"])
+        self.losses[stage].update(self._loss(logits, batch["labels"]), len(batch["ids"]))
+        if self.record_predictions:
+            probs = {name: probabilities(logits[name].detach().float(), spec["kind"]) for name, spec in self.heads_spec.items()}
+            self.prediction_records.append({"ids": batch["ids"], "probs": probs, "labels": batch["labels"]})
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step("val", batch)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step("test", batch)
+
+    def _log_epoch_metrics(self, stage: str) -> None:
+        results = self.metrics[stage].compute()
+        results["loss"] = float(self.losses[stage].compute())
+        self.metrics[stage].reset()
+        self.losses[stage].reset()
+        self.log_dict({f"{stage}/{key}": value for key, value in results.items()}, sync_dist=False, rank_zero_only=False)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch_metrics("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch_metrics("test")
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        decay, no_decay = [], []
+        for name, param in self.named_parameters():
+            if param.requires_grad:
+                (no_decay if param.ndim < 2 or "norm" in name.lower() else decay).append(param)
+        optimizer_cfg = dict(self.hparams.optimizer)
+        weight_decay = optimizer_cfg.pop("weight_decay", 0.0)
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        optimizer = instantiate(optimizer_cfg, groups)
+        if not self.hparams.scheduler:
+            return {"optimizer": optimizer}
+        scheduler_cfg = dict(self.hparams.scheduler)
+        total = int(self.trainer.estimated_stepping_batches)
+        warmup = int(scheduler_cfg.pop("warmup_ratio", 0.0) * total)
+        scheduler = instantiate(scheduler_cfg, optimizer=optimizer, num_warmup_steps=warmup, num_training_steps=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,75 @@
+"""Turn raw sample dicts into model inputs: per sample in loader workers, then one batched collate.
+
+Images are decoded and transformed per sample (in workers); texts are tokenized once per batch with
+the fast tokenizer; labels become one tensor per head with -1 where the head was not annotated.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Callable
+
+import torch
+from PIL import Image
+from transformers import AutoTokenizer
+
+from models.backbones.image import timm_transform
+
+
+class MemePreprocessor:
+    """Preprocessor for the text / image / concat families (tokenizer and/or timm transform)."""
+
+    def __init__(
+        self,
+        heads: dict[str, dict[str, Any]],
+        tokenizer: str | None = None,
+        max_length: int = 64,
+        image_model: str | None = None,
+        image_size: int | None = None,
+    ) -> None:
+        if tokenizer is None and image_model is None:
+            raise ValueError("a preprocessor needs a tokenizer, an image model, or both")
+        self.heads = {name: dict(spec) for name, spec in heads.items()}
+        self.max_length = max_length
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None
+        self.transform: Callable | None = timm_transform(image_model, image_size) if image_model else None
+        self.image_size = image_size
+
+    def _pixels(self, sample: dict[str, Any]) -> torch.Tensor:
+        data = sample.get("image")
+        if data is None:  # text-only item: a placeholder keeps every rank calling the vision tower
+            return self.transform(Image.new("RGB", (self.image_size or 224,) * 2))
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                return self.transform(image.convert("RGB"))
+        except Exception as error:  # noqa: BLE001 - re-raised with the sample named
+            raise ValueError(f"sample {sample.get('id')}: image cannot be decoded ({error})") from error
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        features: dict[str, Any] = {"id": sample["id"], "labels": sample["labels"]}
+        if self.tokenizer is not None:
+            features["text"] = sample["text"]
+        if self.transform is not None:
+            features["pixel_values"] = self._pixels(sample)
+        return features
+
+    def _label_tensor(self, values: list[Any], spec: dict[str, Any]) -> torch.Tensor:
+        if spec["kind"] == "multilabel":
+            width = len(spec["classes"])
+            return torch.tensor([v if v is not None else [-1] * width for v in values], dtype=torch.float32)
+        dtype = torch.float32 if spec["kind"] == "binary" else torch.long
+        return torch.tensor([-1 if v is None else v for v in values], dtype=dtype)
+
+    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch: dict[str, Any] = {"ids": [f["id"] for f in features]}
+        if self.tokenizer is not None:
+            tokens = self.tokenizer(
+                [f["text"] for f in features], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            )
+            batch["input_ids"], batch["attention_mask"] = tokens["input_ids"], tokens["attention_mask"]
+        if self.transform is not None:
+            batch["pixel_values"] = torch.stack([f["pixel_values"] for f in features])
+        batch["labels"] = {
+            head: self._label_tensor([f["labels"].get(head) for f in features], spec) for head, spec in self.heads.items()
+        }
+        return batch

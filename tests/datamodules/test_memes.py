@@ -1,0 +1,102 @@
+"""Streaming: exact evaluation across ranks and workers, fixed training epochs, fold filtering."""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+
+from datamodules.memes import MemeDataModule
+from datamodules.synthetic import SyntheticMemeSource
+
+HEADS = {c: {"kind": "binary"} for c in ("US", "DE", "MX", "IN", "CN")}
+
+
+class IdsOnly:
+    """A minimal preprocessor: keeps ids, so tests count samples without decoding images."""
+
+    def __call__(self, sample):
+        return {"id": sample["id"]}
+
+    def collate(self, features):
+        return {"ids": [f["id"] for f in features]}
+
+
+def _datamodule(tmp_path, rank=0, world=1, **kwargs) -> MemeDataModule:
+    source = SyntheticMemeSource(num_groups=kwargs.pop("num_groups", 30), image_size=32)
+    dm = MemeDataModule(heads=HEADS, source=source, shard_root=str(tmp_path), preprocessor=IdsOnly(), **kwargs)
+    dm.prepare_data()
+    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world, lightning_module=None)
+    dm.setup("fit")
+    return dm
+
+
+def _ids(loader) -> list[str]:
+    return [sample_id for batch in loader for sample_id in batch["ids"]]
+
+
+@pytest.mark.parametrize("world, workers", [(1, 0), (2, 2), (3, 2), (2, 4)])
+def test_every_eval_sample_is_seen_exactly_once(tmp_path, world, workers):
+    # 30 groups × 9 memes with 40 samples per shard: shard counts that do not divide evenly.
+    seen = Counter()
+    for rank in range(world):
+        dm = _datamodule(tmp_path, rank=rank, world=world, num_workers=workers, samples_per_shard=40, eval_batch_size=7)
+        seen.update(_ids(dm.val_dataloader()))
+    expected = dm.manifest["counts"]["split"]["val"]
+    assert len(seen) == expected and set(seen.values()) == {1}
+
+
+def test_more_consumers_than_shards_still_covers_everything(tmp_path):
+    seen = Counter()
+    for rank in range(2):
+        dm = _datamodule(tmp_path, rank=rank, world=2, num_workers=3, samples_per_shard=10_000)
+        assert len([s for s in dm.manifest["shards"] if s["split"] == "test"]) == 1
+        seen.update(_ids(dm.test_dataloader()))
+    assert len(seen) == dm.manifest["counts"]["split"]["test"] and set(seen.values()) == {1}
+
+
+@pytest.mark.parametrize("world, workers", [(1, 0), (2, 2)])
+def test_training_epochs_have_the_same_fixed_length_on_every_rank(tmp_path, world, workers):
+    lengths = []
+    for rank in range(world):
+        dm = _datamodule(tmp_path, rank=rank, world=world, num_workers=workers, batch_size=8, samples_per_shard=40)
+        loader = dm.train_dataloader()
+        batches = list(loader)
+        assert len(batches) == len(loader)
+        assert all(len(b["ids"]) == 8 for b in batches)
+        lengths.append(len(batches))
+    assert len(set(lengths)) == 1
+    assert lengths[0] * 8 * world >= dm.num_samples("train")
+
+
+def test_fold_mode_trains_on_other_folds_and_validates_on_fold_k(tmp_path):
+    folds_val = []
+    for fold in range(3):
+        dm = _datamodule(tmp_path, fold=fold, num_folds=3, samples_per_shard=40)
+        val_ids = _ids(dm.val_dataloader())
+        train_groups = {i.rsplit("/", 2)[0] for b in list(dm.train_dataloader()) for i in b["ids"]}
+        val_groups = {i.rsplit("/", 2)[0] for i in val_ids}
+        assert not train_groups & val_groups
+        assert len(val_ids) == dm.num_samples("val")
+        folds_val.append(set(val_ids))
+    assert not (folds_val[0] & folds_val[1] or folds_val[0] & folds_val[2] or folds_val[1] & folds_val[2])
+    total = dm.manifest["counts"]["split"]
+    assert sum(len(v) for v in folds_val) == total["train"] + total["val"]
+
+
+def test_unknown_head_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="head 'FR' is not in the dataset synthetic"):
+        dm = MemeDataModule(heads={"FR": {"kind": "binary"}}, source=SyntheticMemeSource(num_groups=5, image_size=32), shard_root=str(tmp_path))
+        dm.prepare_data()
+        dm.setup("fit")
+
+
+def test_shards_are_reused_and_regenerated_only_when_parameters_change(tmp_path):
+    first = _datamodule(tmp_path, num_groups=6)
+    stamp = (first.dataset_dir / "manifest.json").stat().st_mtime_ns
+    again = _datamodule(tmp_path, num_groups=6)
+    assert again.dataset_dir == first.dataset_dir
+    assert (again.dataset_dir / "manifest.json").stat().st_mtime_ns == stamp
+    changed = _datamodule(tmp_path, num_groups=7)
+    assert changed.dataset_dir != first.dataset_dir

@@ -1,0 +1,88 @@
+"""Heads, masked losses and epoch metrics against independent references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
+
+from evaluation.metrics import HeadMetrics
+from models.heads import ClassificationHeads, masked_loss
+
+HEADS = {
+    "US": {"kind": "binary"},
+    "sentiment": {"kind": "multiclass", "classes": ["neg", "neu", "pos"]},
+    "emotion": {"kind": "multilabel", "classes": ["a", "b", "c", "d"]},
+}
+
+
+def test_heads_shapes():
+    logits = ClassificationHeads(16, HEADS)(torch.randn(5, 16))
+    assert logits["US"].shape == (5,)
+    assert logits["sentiment"].shape == (5, 3)
+    assert logits["emotion"].shape == (5, 4)
+
+
+@pytest.mark.parametrize("kind, logits, target", [
+    ("binary", torch.tensor([2.0, -1.0, 0.5]), torch.tensor([1.0, -1.0, 0.0])),
+    ("multiclass", torch.randn(3, 3), torch.tensor([2, -1, 0])),
+    ("multilabel", torch.randn(3, 4), torch.tensor([[1.0, 0, 0, 1], [-1, -1, -1, -1], [0, 1, 0, 0]])),
+])
+def test_masked_loss_ignores_unannotated_items(kind, logits, target):
+    loss, count = masked_loss(logits, target, kind)
+    keep = [0, 2]
+    expected, _ = masked_loss(logits[keep], target[keep], kind)
+    assert count == 2
+    assert torch.allclose(loss, expected)
+    changed = logits.clone()
+    changed[1] = changed[1] + 100  # the unannotated item's logits must not matter
+    assert torch.allclose(masked_loss(changed, target, kind)[0], loss)
+
+
+def test_all_unannotated_gives_zero_loss_not_nan():
+    loss, count = masked_loss(torch.randn(4), torch.full((4,), -1.0), "binary")
+    assert count == 0 and loss.item() == 0.0
+
+
+def test_epoch_metrics_match_sklearn_and_skip_missing_labels():
+    rng = np.random.default_rng(0)
+    metric = HeadMetrics({"US": {"kind": "binary"}, "DE": {"kind": "binary"}})
+    all_logits, all_us, all_de = [], [], []
+    for _ in range(4):
+        logits = {h: torch.tensor(rng.normal(size=16), dtype=torch.float32) for h in ("US", "DE")}
+        us = torch.tensor(rng.integers(0, 2, 16), dtype=torch.float32)
+        de = torch.tensor(rng.integers(-1, 2, 16), dtype=torch.float32)  # some items unannotated for DE
+        metric.update(logits, {"US": us, "DE": de})
+        all_logits.append(logits), all_us.append(us), all_de.append(de)
+    result = metric.compute()
+    us_probs = torch.cat([l["US"] for l in all_logits]).sigmoid().numpy()
+    us_target = torch.cat(all_us).numpy()
+    assert result["US/auroc"] == pytest.approx(roc_auc_score(us_target, us_probs), abs=1e-6)
+    assert result["US/acc"] == pytest.approx(accuracy_score(us_target, us_probs >= 0.5), abs=1e-6)
+    assert result["US/f1"] == pytest.approx(f1_score(us_target, us_probs >= 0.5), abs=1e-6)
+    de_probs = torch.cat([l["DE"] for l in all_logits]).sigmoid().numpy()
+    de_target = torch.cat(all_de).numpy()
+    keep = de_target >= 0
+    assert result["DE/auroc"] == pytest.approx(roc_auc_score(de_target[keep], de_probs[keep]), abs=1e-6)
+    assert result["mean/auroc"] == pytest.approx((result["US/auroc"] + result["DE/auroc"]) / 2)
+
+
+def test_auroc_is_nan_when_a_head_has_one_class_and_the_mean_skips_it():
+    metric = HeadMetrics({"US": {"kind": "binary"}, "DE": {"kind": "binary"}})
+    metric.update({"US": torch.tensor([0.1, 0.9]), "DE": torch.tensor([0.3, 0.2])}, {"US": torch.tensor([0.0, 1.0]), "DE": torch.tensor([1.0, 1.0])})
+    result = metric.compute()
+    assert math.isnan(result["DE/auroc"])
+    assert result["mean/auroc"] == result["US/auroc"] == 1.0
+
+
+def test_multiclass_and_multilabel_metrics():
+    metric = HeadMetrics({k: HEADS[k] for k in ("sentiment", "emotion")})
+    logits = {"sentiment": torch.eye(3)[[0, 1, 2, 0]] * 5, "emotion": torch.tensor([[5.0, -5, -5, 5]] * 4)}
+    labels = {"sentiment": torch.tensor([0, 1, 2, -1]), "emotion": torch.tensor([[1.0, 0, 0, 1]] * 3 + [[-1.0] * 4])}
+    metric.update(logits, labels)
+    result = metric.compute()
+    assert result["sentiment/acc"] == 1.0
+    assert result["emotion/acc"] == 1.0

@@ -1,0 +1,33 @@
+"""Resuming from last.ckpt continues at the saved step and epoch."""
+
+from __future__ import annotations
+
+import csv
+
+import torch
+
+from tests.conftest import SMALL_DATA
+
+
+def _train_steps(run_dir) -> list[int]:
+    rows = csv.DictReader(open(run_dir / "csv" / "metrics.csv"))
+    return [int(r["step"]) for r in rows if r.get("train/loss")]
+
+
+def test_resume_from_last_checkpoint_continues_at_the_saved_step(train_run):
+    common = (*SMALL_DATA, "trainer.log_every_n_steps=1")
+    train_run(*common, "trainer.max_epochs=2", "test=false")
+    (first,) = train_run.run_dirs("synthetic_concat")
+    last = first / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, map_location="cpu", weights_only=False)
+    saved_step, saved_epoch = saved["global_step"], saved["epoch"]
+    assert saved_step > 0
+
+    train_run(*common, "trainer.max_epochs=3", f"ckpt_path={last}", "test=false", env={"CROSSMOD_RUN_ID": "resumed"})
+    resumed = train_run.log_dir / "synthetic_concat" / "runs" / "resumed"
+    steps = _train_steps(resumed)
+    assert steps and min(steps) >= saved_step, f"resumed run logged step {min(steps)} before the saved step {saved_step}"
+    metrics = train_run.metrics(resumed)
+    assert metrics["epochs"] == 3 and saved_epoch == 1
+    steps_per_epoch = saved_step // 2
+    assert metrics["global_step"] == saved_step + steps_per_epoch

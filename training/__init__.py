@@ -1,0 +1,1 @@
+"""Training glue: run directories, resolvers, callbacks and the train/test driver."""

@@ -1,0 +1,1 @@
+"""Lightning callbacks: per-sample predictions, and later cross-validation and reports."""

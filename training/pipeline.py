@@ -1,0 +1,92 @@
+"""Train → validate/test the best checkpoint → write run files: what `train.py` runs."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_info
+from omegaconf import DictConfig
+
+from training.report import print_table
+from training.runs import copy_manifest, nest, save_config, write_metrics
+
+
+def _instantiate_all(group: DictConfig | None) -> list[Any]:
+    return [instantiate(node) for node in (group or {}).values() if node is not None and "_target_" in node]
+
+
+def _single_console_log() -> None:
+    """Lightning attaches its own console handler; Hydra's root handler already prints (and files) its records."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).handlers.clear()
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, then score the best checkpoint on val and test; return (and save) the metrics."""
+    _single_console_log()
+    L.seed_everything(cfg.seed, workers=True)
+    run_dir = Path(cfg.paths.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    datamodule = instantiate(cfg.data)
+    model = instantiate(cfg.model, _recursive_=False)
+    callbacks = _instantiate_all(cfg.get("callbacks"))
+    loggers = _instantiate_all(cfg.get("logger"))
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+    if trainer.is_global_zero:
+        save_config(cfg, run_dir)
+    for logger in loggers:
+        logger.log_hyperparams(_loggable(cfg))
+
+    final_val: dict[str, float] = {}
+    if cfg.get("train", True):
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        final_val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+
+    best = _best_checkpoint(trainer)
+    if not best and cfg.get("train", True):
+        rank_zero_info("No best checkpoint (checkpointing disabled or no validation): scoring the current weights.")
+    ckpt_path = best or (None if cfg.get("train", True) else cfg.get("ckpt_path"))
+    scores: dict[str, Any] = {}
+    scores.update(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
+    if cfg.get("test", True):
+        scores.update(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
+
+    metrics = {
+        "experiment": cfg.name,
+        "fold": cfg.get("fold"),
+        "seed": cfg.seed,
+        "best_checkpoint": best,
+        "global_step": trainer.global_step,
+        "epochs": trainer.current_epoch,
+        "best": {"val": nest(scores, "val"), "test": nest(scores, "test")},
+        "final": {"val": nest(final_val, "val")},
+    }
+    if trainer.is_global_zero:
+        copy_manifest(datamodule.dataset_dir, run_dir)
+        write_metrics(run_dir, metrics)
+        if cfg.get("print_table", True):
+            print_table(metrics, f"{cfg.name} (fold {cfg.get('fold')})")
+            print(f"Run directory: {run_dir}")
+    return metrics
+
+
+def _best_checkpoint(trainer: L.Trainer) -> str | None:
+    for callback in trainer.callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.best_model_path:
+            return callback.best_model_path
+    return None
+
+
+def _loggable(cfg: DictConfig) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    from training.runs import redact
+
+    return redact(OmegaConf.to_container(cfg, resolve=True))

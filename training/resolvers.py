@@ -1,0 +1,78 @@
+"""OmegaConf resolvers used by the configs (registered once, on import)."""
+
+from __future__ import annotations
+
+import netrc
+import os
+import time
+
+from omegaconf import OmegaConf
+
+
+def run_id() -> str:
+    """Same on every rank of one job: the SLURM job (and array task) id, else a launch timestamp.
+
+    Lightning's DDP launcher passes the parent's run dir to its children, so the timestamp is only
+    ever taken once per local launch; under SLURM every rank derives the same id from the allocation.
+    """
+    if "CROSSMOD_RUN_ID" in os.environ:
+        return os.environ["CROSSMOD_RUN_ID"]
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
+    if job:
+        task = os.environ.get("SLURM_ARRAY_TASK_ID")
+        return f"slurm-{job}" + (f"_{task}" if task else "")
+    return time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def wandb_offline() -> bool:
+    """Offline unless the user chose a mode or is logged in (API key in the environment or ~/.netrc)."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"] in ("offline", "dryrun", "disabled")
+    if os.environ.get("WANDB_API_KEY"):
+        return False
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return True
+
+
+def fold_job_type(fold: int | None) -> str:
+    return "splits" if fold is None else f"fold{fold}"
+
+
+def project_root() -> str:
+    """The checkout holding `configs/` (override with CROSSMOD_ROOT), absolute so every process agrees."""
+    from pathlib import Path
+
+    return os.environ.get("CROSSMOD_ROOT") or str(Path(__file__).resolve().parents[1])
+
+
+def manifest_heads(shard_dir: str) -> dict:
+    """The heads a prepared shard directory declares, for configs that train on all of them."""
+    from datamodules.shards import read_manifest
+
+    return read_manifest(shard_dir)["heads"]
+
+
+def tiny_text_encoder(out_dir: str) -> str:
+    """Path of a tiny BERT for the synthetic memes, built on first use from the generator's captions."""
+    from datamodules.synthetic import caption_corpus
+    from models.backbones.tiny import build_tiny_bert
+
+    return str(build_tiny_bert(out_dir, caption_corpus()))
+
+
+def register() -> None:
+    for name, fn in {
+        "run_id": run_id,
+        "wandb_offline": wandb_offline,
+        "fold_job_type": fold_job_type,
+        "tiny_text_encoder": tiny_text_encoder,
+        "project_root": project_root,
+        "manifest_heads": manifest_heads,
+    }.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn, use_cache=name == "run_id")
+
+
+register()
