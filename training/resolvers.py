@@ -47,11 +47,11 @@ def project_root() -> str:
     return os.environ.get("CROSSMOD_ROOT") or str(Path(__file__).resolve().parents[1])
 
 
-def manifest_heads(shard_dir: str) -> dict:
+def manifest_heads(shard_dir: str):
     """The heads a prepared shard directory declares, for configs that train on all of them."""
     from datamodules.shards import read_manifest
 
-    return read_manifest(shard_dir)["heads"]
+    return OmegaConf.create(read_manifest(shard_dir)["heads"])
 
 
 def tiny_text_encoder(out_dir: str) -> str:

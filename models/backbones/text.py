@@ -22,6 +22,8 @@ class HFTextEncoder(nn.Module):
             raise ValueError(f"text pooling must be 'cls' or 'mean', got {pooling!r}")
         self.model = AutoModel.from_pretrained(name_or_path)
         self.model.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
+        if getattr(self.model, "pooler", None) is not None:
+            self.model.pooler = None  # never used (we pool last_hidden_state); unused weights break DDP
         self.pooling = pooling
         self.output_dim = int(self.model.config.hidden_size)
         if gradient_checkpointing:
