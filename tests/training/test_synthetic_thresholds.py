@@ -37,7 +37,7 @@ def test_one_culture_model_scores_lower_on_a_disagreeing_culture(train_run):
     probs, _ = read_predictions(run_dir / "predictions" / "test.csv")
     assert set(probs) == {"US"}
     # Every culture's labels for the same test memes, read from the shards the run used.
-    dataset_dir = next((train_run.data_dir / "shards").glob("synthetic-*"))
+    dataset_dir = next((train_run.data_dir / "shards").glob("synthetic-*/manifest.json")).parent
     manifest = read_manifest(dataset_dir)
     test_shards = [s["name"] for s in manifest["shards"] if s["split"] == "test"]
     labels: dict[str, dict[str, int]] = {}
