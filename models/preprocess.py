@@ -7,7 +7,8 @@ the fast tokenizer; labels become one tensor per head with -1 where the head was
 from __future__ import annotations
 
 import io
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from PIL import Image

@@ -26,7 +26,9 @@ class TrainRun:
         self.data_dir, self.log_dir = data_dir, log_dir
 
     def __call__(self, *overrides: str, check: bool = True, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
-        command = [sys.executable, str(ROOT / "train.py"), f"paths.data_dir={self.data_dir}", f"paths.log_dir={self.log_dir}", *overrides]
+        flags = [o for o in overrides if o.startswith("-") and not o.startswith("~")]
+        rest = [o for o in overrides if o not in flags]
+        command = [sys.executable, str(ROOT / "train.py"), *flags, f"paths.data_dir={self.data_dir}", f"paths.log_dir={self.log_dir}", *rest]
         full_env = {**os.environ, "HYDRA_FULL_ERROR": "1", "WANDB_MODE": "offline", "COLUMNS": "120", **(env or {})}
         result = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:

@@ -61,6 +61,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     metrics = {
         "experiment": cfg.name,
         "fold": cfg.get("fold"),
+        "num_folds": cfg.get("num_folds") if cfg.get("fold") is not None else None,
         "seed": cfg.seed,
         "best_checkpoint": best,
         "global_step": trainer.global_step,

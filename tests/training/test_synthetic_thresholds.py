@@ -1,50 +1,36 @@
 """The synthetic memes behave as designed when trained for real (fixed seeds, default budget).
 
 Fusion must reach val mean AUROC >= 0.90; text-only and image-only stay <= 0.75 on the same budget;
-a model trained on one culture's labels scores measurably lower against a disagreeing culture's labels.
+each culture's head scores measurably lower against a disagreeing culture's labels.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from datamodules.folds import iter_records
-from datamodules.shards import read_manifest
 from evaluation.alignment import alignment_matrix, read_predictions
 
 pytestmark = pytest.mark.slow
 
 
-def _val_mean_auroc(train_run, *overrides: str) -> float:
-    train_run(*overrides, "test=false", "seed=1234")
+def _run(train_run, *overrides: str) -> tuple[dict, object]:
+    train_run(*overrides, "seed=1234")
     (run_dir,) = train_run.run_dirs("synthetic_concat")
-    return train_run.metrics(run_dir)["best"]["val"]["mean"]["auroc"]
+    return train_run.metrics(run_dir), run_dir
 
 
-def test_default_fusion_reaches_the_threshold(train_run):
-    assert _val_mean_auroc(train_run) >= 0.90
+def test_default_fusion_reaches_the_threshold_and_each_head_matches_its_own_culture(train_run):
+    metrics, run_dir = _run(train_run)
+    assert metrics["best"]["val"]["mean"]["auroc"] >= 0.90
+    # Each head is trained on its own culture's labels only: its scores must match those labels best,
+    # and the US head must score measurably lower against CN's labels (the most disagreeing pair).
+    matrix = alignment_matrix(*read_predictions(run_dir / "predictions" / "test.csv"))
+    for head, row in matrix.items():
+        assert max(row, key=row.get) == head, (head, row)
+    assert matrix["US"]["US"] - matrix["US"]["CN"] >= 0.05, matrix["US"]
 
 
 @pytest.mark.parametrize("model", ["text_only", "image_only"])
 def test_unimodal_models_stay_below_the_ceiling(train_run, model):
-    assert _val_mean_auroc(train_run, f"model={model}") <= 0.75
-
-
-def test_one_culture_model_scores_lower_on_a_disagreeing_culture(train_run):
-    only_us = [f"~data.heads.{c}" for c in ("DE", "MX", "IN", "CN")]
-    train_run(*only_us, "seed=1234")
-    (run_dir,) = train_run.run_dirs("synthetic_concat")
-    probs, _ = read_predictions(run_dir / "predictions" / "test.csv")
-    assert set(probs) == {"US"}
-    # Every culture's labels for the same test memes, read from the shards the run used.
-    dataset_dir = next((train_run.data_dir / "shards").glob("synthetic-*/manifest.json")).parent
-    manifest = read_manifest(dataset_dir)
-    test_shards = [s["name"] for s in manifest["shards"] if s["split"] == "test"]
-    labels: dict[str, dict[str, int]] = {}
-    for record in iter_records(dataset_dir, test_shards):
-        for culture, value in record["labels"].items():
-            labels.setdefault(culture, {})[record["id"]] = value
-    matrix = alignment_matrix(probs, labels)["US"]
-    assert matrix["US"] >= 0.85
-    assert matrix["US"] - matrix["CN"] >= 0.05, matrix
-    assert max(matrix, key=matrix.get) == "US", matrix
+    metrics, _ = _run(train_run, f"model={model}", "test=false")
+    assert metrics["best"]["val"]["mean"]["auroc"] <= 0.75

@@ -1,0 +1,165 @@
+"""Tie the folds of a cross-validation together: `python -m training.cv_report <runs dir> [--out DIR]`.
+
+Finds every run (a directory with `metrics.json`) under the given directory, groups them by
+experiment, and writes per experiment: mean ± std per head and metric over folds, pooled out-of-fold
+AUROC, the culture alignment matrix (each head's scores against each culture's labels, best marked),
+ROC and heatmap PNGs, `cv_summary.json` and a markdown summary. Missing or duplicated folds are
+reported and never averaged over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from evaluation.alignment import alignment_matrix, read_predictions
+from evaluation.plots import alignment_heatmap, roc_figure
+
+
+def find_runs(root: Path) -> dict[str, list[tuple[dict[str, Any], Path]]]:
+    """Experiment name → [(metrics, run dir)] for every fold run under `root`."""
+    runs: dict[str, list[tuple[dict[str, Any], Path]]] = defaultdict(list)
+    for path in sorted(root.rglob("metrics.json")):
+        metrics = json.loads(path.read_text())
+        if metrics.get("fold") is not None:
+            runs[metrics["experiment"]].append((metrics, path.parent))
+    return runs
+
+
+def check_folds(runs: list[tuple[dict[str, Any], Path]]) -> tuple[dict[int, tuple[dict, Path]], list[str]]:
+    """Keep folds present exactly once; describe every missing or duplicated fold."""
+    by_fold: dict[int, list[tuple[dict, Path]]] = defaultdict(list)
+    for metrics, run_dir in runs:
+        by_fold[metrics["fold"]].append((metrics, run_dir))
+    expected = {m["num_folds"] for m, _ in runs if m.get("num_folds")}
+    problems = []
+    if len(expected) > 1:
+        problems.append(f"runs disagree on num_folds: {sorted(expected)}")
+    num_folds = max(expected) if expected else max(by_fold) + 1
+    missing = sorted(set(range(num_folds)) - set(by_fold))
+    if missing:
+        problems.append(f"missing folds {missing} of {num_folds}")
+    kept = {}
+    for fold, entries in sorted(by_fold.items()):
+        if len(entries) > 1:
+            problems.append(f"fold {fold} appears {len(entries)} times ({', '.join(str(d) for _, d in entries)}); left out")
+        else:
+            kept[fold] = entries[0]
+    return kept, problems
+
+
+def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
+    """Mean ± std over folds of the best checkpoint's val metrics, plus pooled out-of-fold scores."""
+    per_metric: dict[str, list[float]] = defaultdict(list)
+    for metrics, _ in folds.values():
+        for head, scores in metrics["best"]["val"].items():
+            if head == "all":
+                continue
+            for name, value in scores.items():
+                per_metric[f"{head}/{name}"].append(math.nan if value is None else value)
+    summary = {}
+    for key, values in sorted(per_metric.items()):
+        array = np.array(values, dtype=float)
+        summary[f"cv/{key}_mean"] = float(np.nanmean(array))
+        summary[f"cv/{key}_std"] = float(np.nanstd(array, ddof=1)) if len(array) > 1 else 0.0
+    probs: dict[str, dict[str, float]] = defaultdict(dict)
+    labels: dict[str, dict[str, int]] = defaultdict(dict)
+    seen: dict[str, int] = {}
+    overlap = set()
+    for fold, (_, run_dir) in folds.items():
+        fold_probs, fold_labels = read_predictions(run_dir / "predictions" / "val.csv")
+        ids = set().union(*(set(p) for p in fold_probs.values()))
+        overlap |= {i for i in ids if i in seen}
+        seen.update({i: fold for i in ids})
+        for head in fold_probs:
+            probs[head].update(fold_probs[head])
+            labels[head].update(fold_labels.get(head, {}))
+    pooled = {}
+    for head in probs:
+        ids = sorted(labels[head])
+        y = [labels[head][i] for i in ids]
+        pooled[head] = float(roc_auc_score(y, [probs[head][i] for i in ids])) if len(set(y)) == 2 else math.nan
+    return {
+        "metrics": summary,
+        "pooled_oof_auroc": pooled,
+        "alignment": alignment_matrix(dict(probs), dict(labels)),
+        "oof_samples": len(seen),
+        "ids_in_two_folds": sorted(overlap),
+        "_oof": (dict(probs), dict(labels)),
+    }
+
+
+def markdown(name: str, folds: dict, problems: list[str], result: dict[str, Any]) -> str:
+    heads = sorted({k.split("/")[1] for k in result["metrics"]} - {"mean"}) + ["mean"]
+    lines = [f"# Cross-validation: {name}", "", f"Folds used: {sorted(folds)}; out-of-fold samples: {result['oof_samples']}."]
+    lines += [f"- **problem**: {p}" for p in problems] + [""]
+    lines += ["| head | AUROC | acc | F1 | pooled OOF AUROC |", "|---|---|---|---|---|"]
+    for head in heads:
+        cells = [f"{result['metrics'][f'cv/{head}/{m}_mean']:.3f} ± {result['metrics'][f'cv/{head}/{m}_std']:.3f}" for m in ("auroc", "acc", "f1")]
+        pooled = result["pooled_oof_auroc"].get(head)
+        lines.append(f"| {head} | " + " | ".join(cells) + f" | {'' if pooled is None else f'{pooled:.3f}'} |")
+    cultures = list(next(iter(result["alignment"].values())))
+    lines += ["", "Alignment (AUROC of each head's scores against each culture's labels; * = best culture):", ""]
+    lines += ["| head \\ labels | " + " | ".join(cultures) + " |", "|---|" + "---|" * len(cultures)]
+    for head, row in result["alignment"].items():
+        best = max(row, key=lambda c: -1 if math.isnan(row[c]) else row[c])
+        lines.append(f"| {head} | " + " | ".join(f"{row[c]:.3f}" + ("*" if c == best else "") for c in cultures) + " |")
+    lines += ["", "![ROC](roc_oof.png)", "", "![alignment](alignment.png)", ""]
+    return "\n".join(lines)
+
+
+def report(root: Path, out: Path | None = None) -> dict[str, Any]:
+    """Write one report folder per experiment found under `root`; return the summaries."""
+    results = {}
+    for name, runs in find_runs(root).items():
+        folds, problems = check_folds(runs)
+        if not folds:
+            results[name] = {"problems": problems}
+            continue
+        result = summarise(folds)
+        probs, labels = result.pop("_oof")
+        if result["ids_in_two_folds"]:
+            problems.append(f"{len(result['ids_in_two_folds'])} sample ids are in two folds' validation sets")
+        result["problems"] = problems
+        result["folds"] = {str(k): str(d) for k, (_, d) in folds.items()}
+        target = (out or root / "cv_report") / name
+        target.mkdir(parents=True, exist_ok=True)
+        roc_scores = {}
+        for head in probs:
+            ids = sorted(labels[head])
+            roc_scores[head] = (np.array([labels[head][i] for i in ids]), np.array([probs[head][i] for i in ids]))
+        roc_figure(roc_scores, target / "roc_oof.png", f"{name}: pooled out-of-fold ROC")
+        alignment_heatmap(result["alignment"], target / "alignment.png", f"{name}: culture alignment")
+        (target / "cv_summary.json").write_text(json.dumps(result, indent=1))
+        (target / "cv_report.md").write_text(markdown(name, folds, problems, result))
+        results[name] = result
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Summarise the folds of cross-validation runs.")
+    parser.add_argument("runs", type=Path, help="directory holding the fold runs (searched recursively)")
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default: <runs>/cv_report)")
+    args = parser.parse_args()
+    if not args.runs.is_dir():
+        parser.error(f"{args.runs} is not a directory")
+    results = report(args.runs, args.out)
+    if not results:
+        parser.error(f"no fold runs (metrics.json with a fold) under {args.runs}")
+    for name, result in results.items():
+        mean = result.get("metrics", {}).get("cv/mean/auroc_mean")
+        std = result.get("metrics", {}).get("cv/mean/auroc_std")
+        print(f"{name}: val mean AUROC {mean:.4f} ± {std:.4f}" if mean is not None else f"{name}: no usable folds")
+        for problem in result["problems"]:
+            print(f"  problem: {problem}")
+
+
+if __name__ == "__main__":
+    main()
