@@ -79,8 +79,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _best_checkpoint(trainer: L.Trainer) -> str | None:
+    """The best checkpoint of the callback that monitors a metric (not the one keeping `last.ckpt`)."""
     for callback in trainer.callbacks:
-        if isinstance(callback, ModelCheckpoint) and callback.best_model_path:
+        if isinstance(callback, ModelCheckpoint) and callback.monitor and callback.best_model_path:
             return callback.best_model_path
     return None
 

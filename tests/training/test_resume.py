@@ -16,12 +16,17 @@ def _train_steps(run_dir) -> list[int]:
 
 def test_resume_from_last_checkpoint_continues_at_the_saved_step(train_run):
     common = (*SMALL_DATA, "trainer.log_every_n_steps=1")
-    train_run(*common, "trainer.max_epochs=2", "test=false")
+    # Monitoring the epoch number with mode=min makes epoch 0 the best and epoch 1 an epoch without
+    # improvement: `last.ckpt` must still hold epoch 1, and the run scores the best one (epoch 0).
+    never_improves = ("callbacks.model_checkpoint.monitor=epoch", "callbacks.model_checkpoint.mode=min")
+    train_run(*common, *never_improves, "trainer.max_epochs=2", "test=false")
     (first,) = train_run.run_dirs("synthetic_concat")
     last = first / "checkpoints" / "last.ckpt"
     saved = torch.load(last, map_location="cpu", weights_only=False)
     saved_step, saved_epoch = saved["global_step"], saved["epoch"]
     assert saved_step > 0
+    best = train_run.metrics(first)["best_checkpoint"]
+    assert best.endswith("epoch000.ckpt") and torch.load(best, map_location="cpu", weights_only=False)["epoch"] == 0
 
     train_run(*common, "trainer.max_epochs=3", f"ckpt_path={last}", "test=false", env={"CROSSMOD_RUN_ID": "resumed"})
     resumed = train_run.log_dir / "synthetic_concat" / "runs" / "resumed"
