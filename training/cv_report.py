@@ -1,6 +1,7 @@
 """Tie the folds of a cross-validation together: `python -m training.cv_report <runs dir> [--out DIR]`.
 
-Finds every run (a directory with `metrics.json`) under the given directory, groups them by
+Finds every fold run (a directory with `fold_result.json`, written by the cross-validation
+callback) under the given directory, groups them by
 experiment, and writes per experiment: mean ± std per head and metric over folds, pooled out-of-fold
 AUROC, the culture alignment matrix (each head's scores against each culture's labels, best marked),
 ROC and heatmap PNGs, `cv_summary.json` and a markdown summary. Missing or duplicated folds are
@@ -19,18 +20,32 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from evaluation.alignment import alignment_matrix, read_predictions
+from evaluation.alignment import alignment_matrix
 from evaluation.plots import alignment_heatmap, roc_figure
+from training.callbacks.fold_results import FILENAME as FOLD_RESULT
 
 
 def find_runs(root: Path) -> dict[str, list[tuple[dict[str, Any], Path]]]:
-    """Experiment name → [(metrics, run dir)] for every fold run under `root`."""
+    """Experiment name → [(fold result, run dir)] for every fold result file under `root`."""
     runs: dict[str, list[tuple[dict[str, Any], Path]]] = defaultdict(list)
-    for path in sorted(root.rglob("metrics.json")):
-        metrics = json.loads(path.read_text())
-        if metrics.get("fold") is not None:
-            runs[metrics["experiment"]].append((metrics, path.parent))
+    for path in sorted(root.rglob(FOLD_RESULT)):
+        result = json.loads(path.read_text())
+        runs[result["experiment"]].append((result, path.parent))
     return runs
+
+
+def binary_oof(result: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+    """Out-of-fold scores of binary heads (scalar probabilities): head → id → p, head → id → label."""
+    probs: dict[str, dict[str, float]] = defaultdict(dict)
+    labels: dict[str, dict[str, int]] = defaultdict(dict)
+    oof = result["oof_predictions"]
+    for sample_id, head, prob, label in zip(oof["id"], oof["head"], oof["probability"], oof["label"]):
+        if isinstance(prob, list):
+            continue
+        probs[head][sample_id] = prob
+        if label is not None:
+            labels[head][sample_id] = label
+    return dict(probs), dict(labels)
 
 
 def check_folds(runs: list[tuple[dict[str, Any], Path]]) -> tuple[dict[int, tuple[dict, Path]], list[str]]:
@@ -58,8 +73,8 @@ def check_folds(runs: list[tuple[dict[str, Any], Path]]) -> tuple[dict[int, tupl
 def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
     """Mean ± std over folds of the best checkpoint's val metrics, plus pooled out-of-fold scores."""
     per_metric: dict[str, list[float]] = defaultdict(list)
-    for metrics, _ in folds.values():
-        for head, scores in metrics["best"]["val"].items():
+    for result, _ in folds.values():
+        for head, scores in result["best"].items():
             if head == "all":
                 continue
             for name, value in scores.items():
@@ -73,9 +88,9 @@ def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
     labels: dict[str, dict[str, int]] = defaultdict(dict)
     seen: dict[str, int] = {}
     overlap = set()
-    for fold, (_, run_dir) in folds.items():
-        fold_probs, fold_labels = read_predictions(run_dir / "predictions" / "val.csv")
-        ids = set().union(*(set(p) for p in fold_probs.values()))
+    for fold, (result, _) in folds.items():
+        fold_probs, fold_labels = binary_oof(result)
+        ids = set(result["oof_predictions"]["id"])
         overlap |= {i for i in ids if i in seen}
         seen.update({i: fold for i in ids})
         for head in fold_probs:
@@ -105,6 +120,8 @@ def markdown(name: str, folds: dict, problems: list[str], result: dict[str, Any]
         cells = [f"{result['metrics'][f'cv/{head}/{m}_mean']:.3f} ± {result['metrics'][f'cv/{head}/{m}_std']:.3f}" for m in ("auroc", "acc", "f1")]
         pooled = result["pooled_oof_auroc"].get(head)
         lines.append(f"| {head} | " + " | ".join(cells) + f" | {'' if pooled is None else f'{pooled:.3f}'} |")
+    if not result["alignment"]:
+        return "\n".join([*lines, "", "No binary heads: no pooled ROC or alignment matrix.", ""])
     cultures = list(next(iter(result["alignment"].values())))
     lines += ["", "Alignment (AUROC of each head's scores against each culture's labels; * = best culture):", ""]
     lines += ["| head \\ labels | " + " | ".join(cultures) + " |", "|---|" + "---|" * len(cultures)]
@@ -133,10 +150,13 @@ def report(root: Path, out: Path | None = None) -> dict[str, Any]:
         target.mkdir(parents=True, exist_ok=True)
         roc_scores = {}
         for head in probs:
-            ids = sorted(labels[head])
+            ids = sorted(labels.get(head, {}))
+            if not ids:
+                continue
             roc_scores[head] = (np.array([labels[head][i] for i in ids]), np.array([probs[head][i] for i in ids]))
-        roc_figure(roc_scores, target / "roc_oof.png", f"{name}: pooled out-of-fold ROC")
-        alignment_heatmap(result["alignment"], target / "alignment.png", f"{name}: culture alignment")
+        if roc_scores:
+            roc_figure(roc_scores, target / "roc_oof.png", f"{name}: pooled out-of-fold ROC")
+            alignment_heatmap(result["alignment"], target / "alignment.png", f"{name}: culture alignment")
         (target / "cv_summary.json").write_text(json.dumps(result, indent=1))
         (target / "cv_report.md").write_text(markdown(name, folds, problems, result))
         results[name] = result
@@ -152,7 +172,7 @@ def main() -> None:
         parser.error(f"{args.runs} is not a directory")
     results = report(args.runs, args.out)
     if not results:
-        parser.error(f"no fold runs (metrics.json with a fold) under {args.runs}")
+        parser.error(f"no fold runs ({FOLD_RESULT}) under {args.runs}")
     for name, result in results.items():
         mean = result.get("metrics", {}).get("cv/mean/auroc_mean")
         std = result.get("metrics", {}).get("cv/mean/auroc_std")

@@ -24,6 +24,18 @@ def run_id() -> str:
     return time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
+def cv_group(run: str) -> str:
+    """Shared by the folds of one cross-validation: CROSSMOD_CV_GROUP, else the SLURM array job, else `run`.
+
+    Jobs of one Hydra multirun share the run id already (Hydra copies the resolver cache to every job).
+    """
+    if "CROSSMOD_CV_GROUP" in os.environ:
+        return os.environ["CROSSMOD_CV_GROUP"]
+    if os.environ.get("SLURM_ARRAY_JOB_ID"):
+        return f"slurm-{os.environ['SLURM_ARRAY_JOB_ID']}"
+    return str(run)
+
+
 def wandb_offline() -> bool:
     """Offline unless the user chose a mode or is logged in (API key in the environment or ~/.netrc)."""
     if os.environ.get("WANDB_MODE"):
@@ -65,6 +77,7 @@ def tiny_text_encoder(out_dir: str) -> str:
 def register() -> None:
     for name, fn in {
         "run_id": run_id,
+        "cv_group": cv_group,
         "wandb_offline": wandb_offline,
         "fold_job_type": fold_job_type,
         "tiny_text_encoder": tiny_text_encoder,

@@ -22,12 +22,26 @@ def _fold_auroc_from_predictions(run_dir) -> dict[str, float]:
 
 
 def test_three_fold_cross_validation_and_report(train_run, tmp_path):
-    train_run("-m", "fold=0,1,2", "num_folds=3", "trainer.max_epochs=1", *SMALL_DATA, env={"CROSSMOD_RUN_ID": "cv"})
+    train_run("-m", "fold=0,1,2", "num_folds=3", "trainer.max_epochs=2", *SMALL_DATA, env={"CROSSMOD_RUN_ID": "cv"})
     sweep = train_run.log_dir / "synthetic_concat" / "multiruns" / "cv"
-    fold_dirs = sorted(p.parent for p in sweep.rglob("metrics.json"))
+    fold_dirs = sorted(p.parent for p in sweep.rglob("fold_result.json"))
     assert len(fold_dirs) == 3
-    for run_dir in fold_dirs:
+    for fold, run_dir in enumerate(fold_dirs):
         assert (run_dir / "predictions" / "val.csv").is_file() and (run_dir / "config.yaml").is_file()
+        fold_result = json.loads((run_dir / "fold_result.json").read_text())
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        assert fold_result["fold"] == fold and fold_result["num_folds"] == 3
+        # one history entry per validation of fit, each with every head's AUROC, acc and F1 and the mean
+        assert [e["epoch"] for e in fold_result["history"]] == [0, 1]
+        for entry in fold_result["history"]:
+            assert set(entry["metrics"]) >= {"US", "DE", "MX", "IN", "CN", "mean"}
+            assert all(set(entry["metrics"][h]) >= {"auroc", "acc", "f1"} for h in ("US", "CN", "mean"))
+        best_epoch = max(fold_result["history"], key=lambda e: e["metrics"]["mean"]["auroc"])["epoch"]
+        assert fold_result["best_epoch"] == best_epoch and metrics["best_checkpoint"].endswith(f"epoch{best_epoch:03d}.ckpt")
+        # the fold file scores the best checkpoint, like metrics.json, and holds its out-of-fold predictions
+        assert fold_result["best"]["mean"]["auroc"] == pytest.approx(metrics["best"]["val"]["mean"]["auroc"])
+        assert fold_result["best"]["US"]["auroc"] == pytest.approx(_fold_auroc_from_predictions(run_dir)["US"], abs=1e-4)
+        assert len(fold_result["oof_predictions"]["id"]) == sum(1 for _ in open(run_dir / "predictions" / "val.csv")) - 1
 
     result = report(sweep, tmp_path / "report")["synthetic_concat"]
     assert result["problems"] == []
@@ -49,12 +63,12 @@ def test_three_fold_cross_validation_and_report(train_run, tmp_path):
 def test_missing_and_duplicated_folds_are_reported_not_averaged(tmp_path):
     def fake_run(name, fold, auroc):
         run_dir = tmp_path / name
-        (run_dir / "predictions").mkdir(parents=True)
+        run_dir.mkdir(parents=True)
         scores = {"US": {"auroc": auroc, "acc": 0.5, "f1": 0.5}, "mean": {"auroc": auroc, "acc": 0.5, "f1": 0.5}}
-        (run_dir / "metrics.json").write_text(json.dumps({"experiment": "x", "fold": fold, "num_folds": 3, "best": {"val": scores}}))
-        rows = [(f"x/{fold}/{i}", "US", 0.1 * i, i % 2) for i in range(6)]
-        with open(run_dir / "predictions" / "val.csv", "w", newline="") as handle:
-            csv.writer(handle).writerows([("id", "head", "probability", "label"), *rows])
+        ids = [f"x/{fold}/{i}" for i in range(6)]
+        oof = {"id": ids, "head": ["US"] * 6, "probability": [0.1 * i for i in range(6)], "label": [i % 2 for i in range(6)]}
+        fold_result = {"experiment": "x", "fold": fold, "num_folds": 3, "best": scores, "oof_predictions": oof}
+        (run_dir / "fold_result.json").write_text(json.dumps(fold_result))
 
     fake_run("a", 0, 0.8)
     fake_run("b", 0, 0.9)

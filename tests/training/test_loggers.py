@@ -1,20 +1,53 @@
-"""W&B writes real offline run files beside the CSV log; secrets never reach saved configs."""
+"""W&B writes real offline run files beside the CSV log, with the same numbers; secrets never reach saved configs."""
 
 from __future__ import annotations
 
+import csv
+import json
+
+import pytest
+
 from tests.conftest import SMALL_DATA
 from training.runs import redact
+from training.wandb_offline import read_offline_run
+
+HEADS = ("US", "DE", "MX", "IN", "CN")
 
 
-def test_wandb_offline_run_files_and_csv(train_run):
-    train_run("logger=wandb", "debug=limit", *SMALL_DATA, "fold=1", "num_folds=3")
+def _csv_validations(run_dir) -> list[dict[str, float]]:
+    rows = csv.DictReader(open(run_dir / "csv" / "metrics.csv"))
+    return [{k: float(v) for k, v in row.items() if v != ""} for row in rows if row.get("val/mean/auroc")]
+
+
+def test_wandb_offline_run_holds_per_culture_metrics_group_and_media(train_run):
+    train_run("logger=wandb", "debug=limit", *SMALL_DATA, "fold=1", "num_folds=3", env={"CROSSMOD_RUN_ID": "wb"})
     (run_dir,) = train_run.run_dirs("synthetic_concat")
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1, "expected one offline W&B run directory"
-    assert list(offline[0].glob("*.wandb")), "the offline run has no .wandb log file"
-    assert (run_dir / "csv" / "metrics.csv").is_file()
-    config = (run_dir / "config.yaml").read_text()
-    assert "job_type: fold1" in config and "group: synthetic_concat" in config
+    run = read_offline_run(offline[0])
+
+    assert run.run["group"] == "synthetic_concat-wb" and run.run["job_type"] == "fold1"
+    assert run.config["fold"] == 1 and run.config["model"]["heads"]["US"] == {"kind": "binary"}  # resolved config
+
+    # every validation of fit plus the best checkpoint's: the same numbers the CSV logger recorded
+    wandb_vals = [row for row in run.history if "val/mean/auroc" in row]
+    csv_vals = _csv_validations(run_dir)
+    assert len(wandb_vals) == len(csv_vals) == 3
+    for logged, recorded in zip(wandb_vals, csv_vals):
+        for head in (*HEADS, "mean"):
+            for metric in ("auroc", "acc", "f1"):
+                key = f"val/{head}/{metric}"
+                assert logged[key] == pytest.approx(recorded[key], abs=1e-6), key
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for stage in ("val", "test"):
+        for head in (*HEADS, "mean"):
+            assert run.summary[f"best/{stage}/{head}/auroc"] == pytest.approx(metrics["best"][stage][head]["auroc"], abs=1e-6)
+        for head in HEADS:
+            assert any(f.startswith(f"media/images/roc/{stage}/{head}_") and f.endswith(".png") for f in run.files), (stage, head)
+        table = next(row for row in run.history if f"predictions/{stage}/_type" in row)
+        assert table[f"predictions/{stage}/_type"] == "table-file"
+        assert table[f"predictions/{stage}/nrows"] == sum(1 for _ in open(run_dir / "predictions" / f"{stage}.csv")) - 1
 
 
 def test_secret_looking_keys_are_redacted():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import torch
 
@@ -15,7 +16,7 @@ def _train_steps(run_dir) -> list[int]:
 
 
 def test_resume_from_last_checkpoint_continues_at_the_saved_step(train_run):
-    common = (*SMALL_DATA, "trainer.log_every_n_steps=1")
+    common = (*SMALL_DATA, "trainer.log_every_n_steps=1", "fold=0", "num_folds=3")
     # Monitoring the epoch number with mode=min makes epoch 0 the best and epoch 1 an epoch without
     # improvement: `last.ckpt` must still hold epoch 1, and the run scores the best one (epoch 0).
     never_improves = ("callbacks.model_checkpoint.monitor=epoch", "callbacks.model_checkpoint.mode=min")
@@ -36,3 +37,6 @@ def test_resume_from_last_checkpoint_continues_at_the_saved_step(train_run):
     assert metrics["epochs"] == 3 and saved_epoch == 1
     steps_per_epoch = saved_step // 2
     assert metrics["global_step"] == saved_step + steps_per_epoch
+    # the cross-validation history travels in the checkpoint: the resumed fold reports all three epochs
+    history = json.loads((resumed / "fold_result.json").read_text())["history"]
+    assert [entry["epoch"] for entry in history] == [0, 1, 2]

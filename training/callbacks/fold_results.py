@@ -1,0 +1,115 @@
+"""The cross-validation callback: every validation's per-head metrics, then the fold's result file.
+
+Lightning has no k-fold: each fold is its own process (`fold=k`), and this callback leaves what ties
+the folds together afterwards (`training.cv_report`): `fold_result.json` in the run directory with
+the validation history, the best epoch, the best checkpoint's metrics per head and its out-of-fold
+predictions. The history travels in checkpoints, so a resumed fold keeps its earlier epochs
+(Lightning saves checkpoints after the other callbacks' `on_validation_end`, so each checkpoint's
+history includes its own validation).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.trainer.states import TrainerFn
+
+from training.runs import nest
+
+FILENAME = "fold_result.json"
+
+
+def _floats(metrics: dict[str, Any], stage: str) -> dict[str, float]:
+    """One host copy per validation (not per step) of the stage's logged metrics."""
+    return {key: float(value) for key, value in metrics.items() if key.startswith(f"{stage}/")}
+
+
+def read_prediction_columns(path: Path) -> dict[str, list[Any]]:
+    """Columnar copy of a predictions CSV (id, head, probability, label); JSON cells decoded."""
+    columns: dict[str, list[Any]] = {"id": [], "head": [], "probability": [], "label": []}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            columns["id"].append(row["id"])
+            columns["head"].append(row["head"])
+            columns["probability"].append(json.loads(row["probability"]))
+            columns["label"].append(None if row["label"] == "" else json.loads(row["label"]))
+    return columns
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+class FoldResultWriter(L.Callback):
+    """Records validation metrics during fit; after `trainer.validate` of the best checkpoint, writes the fold file.
+
+    Only folds (`fold` set) write a result file; without a fold the history is still kept in checkpoints.
+    """
+
+    def __init__(self, dirpath: str, experiment: str, fold: int | None, num_folds: int | None,
+                 monitor: str = "val/mean/auroc", mode: str = "max", predictions: str = "predictions/val.csv") -> None:
+        if mode not in ("max", "min"):
+            raise ValueError(f"FoldResultWriter: mode must be 'max' or 'min', got {mode!r}")
+        self.dirpath, self.experiment = Path(dirpath), experiment
+        self.fold, self.num_folds, self.monitor, self.mode = fold, num_folds, monitor, mode
+        self.predictions = self.dirpath / predictions
+        self.history: list[dict[str, Any]] = []
+        self._stage: str | None = None
+
+    def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
+        self._stage = stage  # runs before Lightning restores callback states from a checkpoint
+
+    def on_validation_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        metrics = _floats(trainer.callback_metrics, "val")
+        if trainer.state.fn == TrainerFn.FITTING:
+            self.history.append({"epoch": trainer.current_epoch, "step": trainer.global_step, "metrics": metrics})
+        elif trainer.state.fn == TrainerFn.VALIDATING and self.fold is not None and trainer.is_global_zero:
+            self.write(metrics)
+
+    def best_entry(self) -> dict[str, Any] | None:
+        """The validation the checkpoint callback would keep (first of equals, like ModelCheckpoint)."""
+        scored = [e for e in self.history if not math.isnan(e["metrics"].get(self.monitor, math.nan))]
+        if not scored:
+            return None
+        sign = 1 if self.mode == "max" else -1
+        return max(scored, key=lambda e: (sign * e["metrics"][self.monitor], -e["step"]))
+
+    def write(self, best_metrics: dict[str, float]) -> Path:
+        if not self.predictions.is_file():
+            raise FileNotFoundError(f"{self.predictions} is missing: the fold result needs the PredictionWriter callback")
+        best = self.best_entry()
+        payload = {
+            "experiment": self.experiment,
+            "fold": self.fold,
+            "num_folds": self.num_folds,
+            "monitor": self.monitor,
+            "mode": self.mode,
+            "best_epoch": None if best is None else best["epoch"],
+            "best_step": None if best is None else best["step"],
+            "best": nest(best_metrics, "val"),
+            "history": [{**e, "metrics": nest(e["metrics"], "val")} for e in self.history],
+            "oof_predictions": read_prediction_columns(self.predictions),
+        }
+        path = self.dirpath / FILENAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(_json_safe(payload), allow_nan=False))
+        return path
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resuming a fit continues the history; validating a checkpoint must not rewind it."""
+        if self._stage == "fit":
+            self.history = list(state_dict.get("history", []))
