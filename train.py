@@ -12,7 +12,17 @@ def main(cfg: DictConfig) -> float | None:
 
     OmegaConf.resolve(cfg)
     metrics = run(cfg)
-    return metrics["best"]["val"].get("mean", {}).get("auroc")
+    return optimized_value(metrics, cfg.optimized_metric)
+
+
+def optimized_value(metrics: dict, key: str) -> float:
+    """`val/mean/auroc` (or `val/loss`) of the best checkpoint, for sweepers that read the return value."""
+    stage, *rest = key.split("/")
+    head, metric = rest if len(rest) == 2 else ("all", rest[-1])
+    value = metrics["best"].get(stage, {}).get(head, {}).get(metric)
+    if value is None:
+        raise KeyError(f"optimized_metric={key} was not measured in this run (stages: {sorted(metrics['best'])})")
+    return value
 
 
 if __name__ == "__main__":

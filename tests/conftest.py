@@ -25,14 +25,18 @@ class TrainRun:
     def __init__(self, data_dir: Path, log_dir: Path) -> None:
         self.data_dir, self.log_dir = data_dir, log_dir
 
-    def __call__(self, *overrides: str, check: bool = True, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    def __call__(
+        self, *overrides: str, check: bool = True, env: dict[str, str] | None = None, timeout: int = 900, script: str = "train.py"
+    ) -> subprocess.CompletedProcess:
         flags = [o for o in overrides if o.startswith("-") and not o.startswith("~")]
         rest = [o for o in overrides if o not in flags]
-        command = [sys.executable, str(ROOT / "train.py"), *flags, f"paths.data_dir={self.data_dir}", f"paths.log_dir={self.log_dir}", *rest]
+        command = [sys.executable, str(ROOT / script), *flags, f"paths.data_dir={self.data_dir}", f"paths.log_dir={self.log_dir}", *rest]
         full_env = {**os.environ, "HYDRA_FULL_ERROR": "1", "WANDB_MODE": "offline", "COLUMNS": "120", **(env or {})}
         result = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
-            raise AssertionError(f"train.py {' '.join(overrides)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}")
+            raise AssertionError(
+                f"{script} {' '.join(overrides)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+            )
         return result
 
     def run_dirs(self, name: str) -> list[Path]:

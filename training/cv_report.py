@@ -117,7 +117,10 @@ def markdown(name: str, folds: dict, problems: list[str], result: dict[str, Any]
     lines += [f"- **problem**: {p}" for p in problems] + [""]
     lines += ["| head | AUROC | acc | F1 | pooled OOF AUROC |", "|---|---|---|---|---|"]
     for head in heads:
-        cells = [f"{result['metrics'][f'cv/{head}/{m}_mean']:.3f} ± {result['metrics'][f'cv/{head}/{m}_std']:.3f}" for m in ("auroc", "acc", "f1")]
+        cells = [
+            f"{result['metrics'][f'cv/{head}/{m}_mean']:.3f} ± {result['metrics'][f'cv/{head}/{m}_std']:.3f}"
+            for m in ("auroc", "acc", "f1")
+        ]
         pooled = result["pooled_oof_auroc"].get(head)
         lines.append(f"| {head} | " + " | ".join(cells) + f" | {'' if pooled is None else f'{pooled:.3f}'} |")
     if not result["alignment"]:

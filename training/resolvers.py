@@ -17,11 +17,13 @@ def run_id() -> str:
     """
     if "CROSSMOD_RUN_ID" in os.environ:
         return os.environ["CROSSMOD_RUN_ID"]
+    # A W&B sweep agent runs many trials in one allocation: each trial gets its own directory.
+    trial = f"-{os.environ['WANDB_RUN_ID']}" if os.environ.get("WANDB_SWEEP_ID") and os.environ.get("WANDB_RUN_ID") else ""
     job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
     if job:
         task = os.environ.get("SLURM_ARRAY_TASK_ID")
-        return f"slurm-{job}" + (f"_{task}" if task else "")
-    return time.strftime("%Y-%m-%d_%H-%M-%S")
+        return f"slurm-{job}" + (f"_{task}" if task else "") + trial
+    return time.strftime("%Y-%m-%d_%H-%M-%S") + trial
 
 
 def cv_group(run: str) -> str:

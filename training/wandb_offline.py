@@ -83,7 +83,13 @@ def read_offline_run(path: str | Path) -> OfflineRun:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             run = record.run
-            result.run = {"id": run.run_id, "project": run.project, "group": run.run_group, "job_type": run.job_type, "name": run.display_name}
+            result.run = {
+                "id": run.run_id,
+                "project": run.project,
+                "group": run.run_group,
+                "job_type": run.job_type,
+                "name": run.display_name,
+            }
             result.config.update({u.key: json.loads(u.value_json) for u in run.config.update})
         elif kind == "config":
             result.config.update({_key(u): json.loads(u.value_json) for u in record.config.update})

@@ -11,8 +11,13 @@ from tests.conftest import SMALL_DATA
 
 def test_ddp_two_processes_score_every_eval_sample_exactly_once(train_run):
     train_run(
-        "trainer=ddp_cpu", "data.num_workers=2", "trainer.max_epochs=2", *SMALL_DATA,
-        "data.samples_per_shard=23", "data.eval_batch_size=5", timeout=600,
+        "trainer=ddp_cpu",
+        "data.num_workers=2",
+        "trainer.max_epochs=2",
+        *SMALL_DATA,
+        "data.samples_per_shard=23",
+        "data.eval_batch_size=5",
+        timeout=600,
     )
     (run_dir,) = train_run.run_dirs("synthetic_concat")
     manifest_counts = json.loads((run_dir / "manifest.json").read_text())["counts"]["split"]

@@ -55,8 +55,16 @@ class FoldResultWriter(L.Callback):
     Only folds (`fold` set) write a result file; without a fold the history is still kept in checkpoints.
     """
 
-    def __init__(self, dirpath: str, experiment: str, fold: int | None, num_folds: int | None,
-                 monitor: str = "val/mean/auroc", mode: str = "max", predictions: str = "predictions/val.csv") -> None:
+    def __init__(
+        self,
+        dirpath: str,
+        experiment: str,
+        fold: int | None,
+        num_folds: int | None,
+        monitor: str = "val/mean/auroc",
+        mode: str = "max",
+        predictions: str = "predictions/val.csv",
+    ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"FoldResultWriter: mode must be 'max' or 'min', got {mode!r}")
         self.dirpath, self.experiment = Path(dirpath), experiment
