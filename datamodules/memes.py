@@ -8,6 +8,7 @@ every sample is scored once, whatever the number of ranks, workers and shards.
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,7 +20,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from datamodules.folds import ensure_folds, find_folds
 from datamodules.sample import decode_shard_entry
-from datamodules.shards import fingerprint, read_manifest, verify_shards, write_shards
+from datamodules.shards import conversion_summary, fingerprint, read_manifest, verify_shards, write_shards
 
 
 class Source(Protocol):
@@ -90,8 +91,16 @@ class MemeDataModule(L.LightningDataModule):
         verify: bool = True,
         seed: int = 0,
         preprocessor: Preprocessor | None = None,
+        raw_dir: str | None = None,
+        on_error: str = "raise",
     ) -> None:
+        """`raw_dir` and `on_error` are config handles (`data.raw_dir=…`, `data.on_error=skip`) that data
+        configs pass on to their source; skipping bad inputs is allowed when `allow_skip`, `on_error`
+        or the source's own `on_error` says so.
+        """
         super().__init__()
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if source is None and shard_dir is None:
             raise ValueError("MemeDataModule needs a source to convert or a shard_dir with prepared shards")
         if source is not None and shard_root is None and shard_dir is None:
@@ -104,7 +113,8 @@ class MemeDataModule(L.LightningDataModule):
         self.num_workers, self.samples_per_shard = num_workers, samples_per_shard
         self.train_splits, self.val_splits, self.test_splits = list(train_splits), list(val_splits), list(test_splits)
         self.shuffle_buffer, self.epoch_samples, self.seed = shuffle_buffer, epoch_samples, seed
-        self.allow_skip, self.verify = allow_skip, verify
+        self.allow_skip = allow_skip or "skip" in (on_error, getattr(source, "on_error", "raise"))
+        self.verify, self.raw_dir = verify, raw_dir
         self.preprocessor = preprocessor
         if shard_dir is not None:
             self.dataset_dir = Path(shard_dir)
@@ -126,11 +136,12 @@ class MemeDataModule(L.LightningDataModule):
                 if self.source is None:
                     raise FileNotFoundError(f"no manifest.json in shard_dir {self.dataset_dir}; prepare the shards first")
                 print(f"Converting {self.source.name} to shards in {self.dataset_dir} …", flush=True)
-                write_shards(
+                manifest = write_shards(
                     self.source, self.dataset_dir, dataset=self.source.name, heads=self.source.heads,
                     params=self.source.params(), maxcount=self.samples_per_shard, allow_skip=self.allow_skip,
                     extra=self._source_summary(), progress_every=2000,
                 )
+                print(conversion_summary(manifest), flush=True)
             elif self.verify:
                 verify_shards(self.dataset_dir)
             if self.fold is not None:
@@ -150,10 +161,25 @@ class MemeDataModule(L.LightningDataModule):
         self._check_heads()
         if self.preprocessor is None and self.trainer is not None:
             self.preprocessor = self.trainer.lightning_module.preprocessor
+        self._check_splits()
         if self.fold is not None:
             self.folds = find_folds(self.manifest, self.num_folds, self.fold_seed, self.fold_splits)
             if self.folds is None:
                 raise RuntimeError(f"{self.dataset_dir}: no fold assignment for num_folds={self.num_folds}, seed={self.fold_seed}; run prepare_data first")
+
+    def _check_splits(self) -> None:
+        """fold=null trains on the dataset's own splits; an evaluation-only set needs cross-validation."""
+        if self.fold is not None:
+            return
+        present = set(self.manifest["counts"]["split"])
+        if not present & set(self.train_splits) or not self.val_splits or present == {"all"}:
+            raise ValueError(
+                f"dataset {self.manifest['dataset']} has splits {sorted(present)}, but fold=null trains on "
+                f"{self.train_splits} and validates on {self.val_splits}: cross-validate instead with fold=k, "
+                f"e.g. fold=0 num_folds=3 (or set data.train_splits / data.val_splits)"
+            )
+        if not present & set(self.val_splits):
+            warnings.warn(f"dataset {self.manifest['dataset']} has no samples in the validation splits {self.val_splits}", stacklevel=2)
 
     def _check_heads(self) -> None:
         available = self.manifest["heads"]

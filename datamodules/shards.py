@@ -24,6 +24,7 @@ from datamodules.sample import Sample
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+TAR_MTIME = 0  # fixed member times: a rerun writes byte-identical shards
 
 
 @dataclass
@@ -76,7 +77,7 @@ class _SplitWriter:
             self.close()
             name = f"{self.split}-{len(self.shards):06d}.tar"
             self.shards.append({"name": name, "split": self.split, "count": 0})
-            self._writer = wds.TarWriter(str(self.directory / name))
+            self._writer = wds.TarWriter(str(self.directory / name), mtime=TAR_MTIME)
             self._count = 0
         self._writer.write(entry)
         self._count += 1
@@ -106,6 +107,8 @@ def write_shards(
     manifest. Inputs read always equal samples written plus skipped.
     """
     out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(out_dir)
     partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -136,9 +139,13 @@ def write_shards(
                 counts["label"][head][json.dumps(record.labels.get(head))] += 1
             if progress_every and written % progress_every == 0:
                 print(f"[{dataset}] {written} samples written, {len(skipped)} skipped ({time.time() - start:.0f}s)", flush=True)
-    finally:
+    except BaseException:
         for writer in writers.values():
             writer.close()
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    for writer in writers.values():
+        writer.close()
     shards = [shard for writer in writers.values() for shard in writer.shards]
     for shard in shards:
         shard["sha256"] = sha256_file(partial / shard["name"])
@@ -167,6 +174,24 @@ def write_shards(
     return manifest
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_partials(out_dir: Path) -> None:
+    """Delete `.partial-<pid>` leftovers of killed conversions (their process is gone) beside `out_dir`."""
+    for leftover in out_dir.parent.glob(f"{out_dir.name}.partial-*"):
+        pid = leftover.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
 def verify_shards(directory: str | Path) -> dict[str, Any]:
     """Check every shard's checksum against the manifest; raise naming the first shard that differs."""
     directory = Path(directory)
@@ -178,3 +203,25 @@ def verify_shards(directory: str | Path) -> dict[str, Any]:
         if sha256_file(path) != shard["sha256"]:
             raise ValueError(f"shard {path} does not match its manifest checksum (corrupt or rewritten)")
     return manifest
+
+
+def conversion_summary(manifest: dict[str, Any], show_skipped: int = 20) -> str:
+    """Human-readable counts of a manifest: inputs, samples, splits, languages, label shares, skips."""
+    counts = manifest["counts"]
+    lines = [
+        f"{manifest['dataset']}: {manifest['inputs_read']} inputs read = {manifest['samples_written']} samples written"
+        f" + {len(manifest['skipped'])} skipped",
+        "  split: " + ", ".join(f"{k} {v}" for k, v in sorted(counts["split"].items())),
+        "  lang: " + ", ".join(f"{k} {v}" for k, v in sorted(counts["lang"].items())),
+    ]
+    for head, values in counts["label"].items():
+        total = sum(values.values()) or 1
+        shares = ", ".join(f"{label} {n} ({100 * n / total:.1f}%)" for label, n in sorted(values.items()))
+        lines.append(f"  label {head}: {shares}")
+    skipped = manifest["skipped"]
+    if skipped:
+        lines.append(f"  skipped inputs ({len(skipped)}, all listed in {MANIFEST}):")
+        lines += [f"    {entry['input']}: {entry['reason']}" for entry in skipped[:show_skipped]]
+        if len(skipped) > show_skipped:
+            lines.append(f"    … and {len(skipped) - show_skipped} more")
+    return "\n".join(lines)

@@ -1,15 +1,27 @@
-"""Feature extractors per model family: text only, image only, and concat fusion.
+"""Model families over the encoders: text only, image only, late, concat and early (MMBT-style) fusion.
 
-Each takes the collated batch and returns one feature vector per item for the shared heads.
+Each takes the collated batch and returns one feature vector per item for the shared heads, except
+late fusion, whose per-modality classifiers return logits that are averaged.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
 
 from models.backbones.image import TimmImageEncoder
 from models.backbones.text import HFTextEncoder
+from models.heads import ClassificationHeads
+
+
+def mlp(width: int, hidden_dim: int, num_layers: int, dropout: float) -> tuple[nn.Sequential, int]:
+    layers: list[nn.Module] = []
+    for _ in range(num_layers):
+        layers += [nn.Linear(width, hidden_dim), nn.GELU(), nn.Dropout(dropout)]
+        width = hidden_dim
+    return nn.Sequential(*layers), width
 
 
 class TextOnly(nn.Module):
@@ -23,7 +35,7 @@ class TextOnly(nn.Module):
 
 
 class ImageOnly(nn.Module):
-    def __init__(self, image: TimmImageEncoder) -> None:
+    def __init__(self, image: nn.Module) -> None:
         super().__init__()
         self.image = image
         self.output_dim = image.output_dim
@@ -35,20 +47,82 @@ class ImageOnly(nn.Module):
 class ConcatFusion(nn.Module):
     """Pooled text ‖ pooled image → MLP: the Hateful Memes "Concat BERT" family."""
 
-    def __init__(self, text: HFTextEncoder, image: TimmImageEncoder, hidden_dim: int = 256, num_layers: int = 2, dropout: float = 0.1) -> None:
+    def __init__(self, text: HFTextEncoder, image: nn.Module, hidden_dim: int = 256, num_layers: int = 2, dropout: float = 0.1) -> None:
         super().__init__()
         self.text, self.image = text, image
         # Each modality is normalised before concatenation so neither dominates by scale alone.
         self.text_norm, self.image_norm = nn.LayerNorm(text.output_dim), nn.LayerNorm(image.output_dim)
-        layers: list[nn.Module] = []
-        width = text.output_dim + image.output_dim
-        for _ in range(num_layers):
-            layers += [nn.Linear(width, hidden_dim), nn.GELU(), nn.Dropout(dropout)]
-            width = hidden_dim
-        self.mlp = nn.Sequential(*layers)
-        self.output_dim = width
+        self.mlp, self.output_dim = mlp(text.output_dim + image.output_dim, hidden_dim, num_layers, dropout)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         text = self.text(batch["input_ids"], batch["attention_mask"])
         image = self.image(batch["pixel_values"])
         return self.mlp(torch.cat([self.text_norm(text), self.image_norm(image)], dim=-1))
+
+
+class LateFusion(nn.Module):
+    """A text classifier and an image classifier trained together; their logits are averaged.
+
+    No cross-modal interaction before the output, which is what separates it from concat fusion.
+    """
+
+    output_dim = None  # returns logits: the module's shared heads are not used
+
+    def __init__(
+        self,
+        text: HFTextEncoder,
+        image: nn.Module,
+        heads: dict[str, dict[str, Any]],
+        hidden_dim: int = 256,
+        num_layers: int = 1,
+        dropout: float = 0.1,
+        head_dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.text, self.image = text, image
+        self.text_mlp, text_width = mlp(text.output_dim, hidden_dim, num_layers, dropout)
+        self.image_mlp, image_width = mlp(image.output_dim, hidden_dim, num_layers, dropout)
+        self.text_heads = ClassificationHeads(text_width, dict(heads), head_dropout)
+        self.image_heads = ClassificationHeads(image_width, dict(heads), head_dropout)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        text = self.text_heads(self.text_mlp(self.text(batch["input_ids"], batch["attention_mask"])))
+        image = self.image_heads(self.image_mlp(self.image(batch["pixel_values"])))
+        return {head: (text[head] + image[head]) / 2 for head in text}
+
+
+class EarlyFusion(nn.Module):
+    """MMBT-style: image region vectors, projected to the text model's width, enter its input sequence.
+
+    Sequence = [image tokens (K)] + [text tokens]. Image tokens get their own positions (0..K-1, like
+    MMBT's separate modality positions), a learned modality embedding, and segment id 1 where the
+    text model has two segment types (BERT); RoBERTa-style position ids are offset past padding.
+    """
+
+    def __init__(self, text: HFTextEncoder, image: TimmImageEncoder, num_image_tokens: int = 4, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.text, self.image, self.num_image_tokens = text, image, num_image_tokens
+        config = text.model.config
+        self.projection = nn.Sequential(nn.Linear(image.output_dim, config.hidden_size), nn.Dropout(dropout))
+        self.modality = nn.Parameter(torch.zeros(config.hidden_size))
+        self.image_segment = 1 if getattr(config, "type_vocab_size", 1) > 1 else 0
+        padding_idx = getattr(text.model.embeddings, "padding_idx", None)
+        self.position_offset = padding_idx + 1 if padding_idx is not None else 0
+        self.output_dim = text.output_dim
+
+    def _positions(self, length: int, batch: int, device: torch.device) -> torch.Tensor:
+        return (torch.arange(length, device=device) + self.position_offset).expand(batch, length)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        input_ids, text_mask = batch["input_ids"], batch["attention_mask"]
+        size, k, length = input_ids.shape[0], self.num_image_tokens, input_ids.shape[1]
+        image = self.projection(self.image.tokens(batch["pixel_values"], k)) + self.modality
+        words = self.text.model.get_input_embeddings()(input_ids)
+        embeds = torch.cat([image.to(words.dtype), words], dim=1)
+        mask = torch.cat([text_mask.new_ones(size, k), text_mask], dim=1)
+        segments = torch.cat([input_ids.new_full((size, k), self.image_segment), torch.zeros_like(input_ids)], dim=1)
+        positions = torch.cat([self._positions(k, size, input_ids.device), self._positions(length, size, input_ids.device)], dim=1)
+        hidden = self.text.model(
+            inputs_embeds=embeds, attention_mask=mask, token_type_ids=segments, position_ids=positions
+        ).last_hidden_state
+        return self.text.pool(hidden[:, k:], text_mask)

@@ -30,10 +30,7 @@ class ClassificationHeads(nn.Module):
 
     def forward(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
         logits = self.linear(self.dropout(features)).split(self.widths, dim=-1)
-        return {
-            name: chunk.squeeze(-1) if spec["kind"] == "binary" else chunk
-            for (name, spec), chunk in zip(self.specs.items(), logits)
-        }
+        return {name: chunk.squeeze(-1) if spec["kind"] == "binary" else chunk for (name, spec), chunk in zip(self.specs.items(), logits)}
 
 
 def label_mask(target: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ datamodule needs it before any weights exist.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import lightning as L
@@ -31,12 +32,15 @@ class MemeClassifier(L.LightningModule):
 
     def __init__(
         self,
-        backbone: dict[str, Any],
+        fusion: dict[str, Any],
         preprocessor: dict[str, Any],
         heads: dict[str, dict[str, Any]],
         optimizer: dict[str, Any],
+        text: dict[str, Any] | None = None,
+        image: dict[str, Any] | None = None,
         scheduler: dict[str, Any] | None = None,
         head_dropout: float = 0.0,
+        param_groups: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")})
@@ -50,14 +54,18 @@ class MemeClassifier(L.LightningModule):
         self.record_predictions = False
 
     def configure_model(self) -> None:
-        """Build backbone and heads once (Lightning calls this inside the strategy's init context)."""
+        """Build encoders, fusion and heads once (Lightning calls this inside the strategy's init context)."""
         if self.backbone is not None:
             return
-        self.backbone = instantiate(self.hparams.backbone)
-        self.heads = ClassificationHeads(self.backbone.output_dim, self.heads_spec, self.hparams.head_dropout)
+        encoders = {name: instantiate(self.hparams[name]) for name in ("text", "image") if self.hparams.get(name)}
+        self.backbone = instantiate(self.hparams.fusion, **encoders)
+        if getattr(self.backbone, "output_dim", None):  # late fusion owns its per-modality heads
+            self.heads = ClassificationHeads(self.backbone.output_dim, self.heads_spec, self.hparams.head_dropout)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        return self.heads(self.backbone(batch))
+        """Logits per head: a fusion returns features for the shared heads, or (late fusion) logits itself."""
+        output = self.backbone(batch)
+        return output if isinstance(output, dict) else self.heads(output)
 
     def _loss(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> torch.Tensor:
         losses = [masked_loss(logits[name], labels[name], spec["kind"])[0] for name, spec in self.heads_spec.items()]
@@ -96,19 +104,40 @@ class MemeClassifier(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_epoch_metrics("test")
 
-    def configure_optimizers(self) -> dict[str, Any]:
-        decay, no_decay = [], []
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """Optimizer groups: per-module learning rates (`param_groups` patterns, first match wins), and no
+        weight decay for biases and norm weights."""
+        rules = [(name, re.compile(rule["pattern"]), rule) for name, rule in (self.hparams.param_groups or {}).items()]
+        weight_decay = float(self.hparams.optimizer.get("weight_decay", 0.0))
+        buckets: dict[tuple[str, bool], list[nn.Parameter]] = {}
         for name, param in self.named_parameters():
-            if param.requires_grad:
-                (no_decay if param.ndim < 2 or "norm" in name.lower() else decay).append(param)
+            if not param.requires_grad:
+                continue
+            rule = next((r for r in rules if r[1].search(name)), None)
+            no_decay = param.ndim < 2 or "norm" in name.lower()
+            buckets.setdefault((rule[0] if rule else "default", no_decay), []).append(param)
+        by_name = {name: rule for name, _, rule in rules}
+        groups = []
+        for (group, no_decay), params in buckets.items():
+            rule = by_name.get(group, {})
+            decay = float(rule.get("weight_decay", weight_decay))
+            entry = {"params": params, "weight_decay": 0.0 if no_decay else decay, "name": f"{group}{'/no_decay' if no_decay else ''}"}
+            if "lr" in rule:
+                entry["lr"] = float(rule["lr"])
+            groups.append(entry)
+        return groups
+
+    def configure_optimizers(self) -> dict[str, Any]:
         optimizer_cfg = dict(self.hparams.optimizer)
-        weight_decay = optimizer_cfg.pop("weight_decay", 0.0)
-        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        optimizer = instantiate(optimizer_cfg, groups)
+        optimizer_cfg.pop("weight_decay", None)
+        optimizer = instantiate(optimizer_cfg, self.parameter_groups())
         if not self.hparams.scheduler:
             return {"optimizer": optimizer}
         scheduler_cfg = dict(self.hparams.scheduler)
         total = int(self.trainer.estimated_stepping_batches)
-        warmup = int(scheduler_cfg.pop("warmup_ratio", 0.0) * total)
+        ratio, steps = scheduler_cfg.pop("warmup_ratio", None), scheduler_cfg.pop("warmup_steps", None)
+        if ratio is not None and steps is not None:
+            raise ValueError("scheduler: give warmup_ratio or warmup_steps, not both")
+        warmup = int(steps) if steps is not None else int((ratio or 0.0) * total)
         scheduler = instantiate(scheduler_cfg, optimizer=optimizer, num_warmup_steps=warmup, num_training_steps=total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

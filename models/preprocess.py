@@ -12,9 +12,19 @@ from typing import Any
 
 import torch
 from PIL import Image
-from transformers import AutoTokenizer
+from transformers import AutoImageProcessor, AutoTokenizer
 
 from models.backbones.image import timm_transform
+
+
+class HFImageTransform:
+    """A Hugging Face image processor (e.g. CLIP's) as a per-image transform (PIL → tensor), picklable for workers."""
+
+    def __init__(self, name_or_path: str) -> None:
+        self.processor = AutoImageProcessor.from_pretrained(name_or_path)
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        return self.processor(images=image, return_tensors="pt")["pixel_values"][0]
 
 
 class MemePreprocessor:
@@ -27,13 +37,22 @@ class MemePreprocessor:
         max_length: int = 64,
         image_model: str | None = None,
         image_size: int | None = None,
+        image_processor: str | None = None,
     ) -> None:
-        if tokenizer is None and image_model is None:
-            raise ValueError("a preprocessor needs a tokenizer, an image model, or both")
+        if tokenizer is None and image_model is None and image_processor is None:
+            raise ValueError("a preprocessor needs a tokenizer, an image model (timm) or image processor (HF), or both")
+        if image_model and image_processor:
+            raise ValueError("give image_model (timm transform) or image_processor (Hugging Face folder), not both")
         self.heads = {name: dict(spec) for name, spec in heads.items()}
         self.max_length = max_length
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None
-        self.transform: Callable | None = timm_transform(image_model, image_size) if image_model else None
+        self.transform: Callable | None = None
+        if image_model:
+            self.transform = timm_transform(image_model, image_size)
+        elif image_processor:
+            self.transform = HFImageTransform(image_processor)
+            crop = getattr(self.transform.processor, "crop_size", None) or {}
+            image_size = image_size or crop.get("height")
         self.image_size = image_size
 
     def _pixels(self, sample: dict[str, Any]) -> torch.Tensor:
@@ -70,7 +89,5 @@ class MemePreprocessor:
             batch["input_ids"], batch["attention_mask"] = tokens["input_ids"], tokens["attention_mask"]
         if self.transform is not None:
             batch["pixel_values"] = torch.stack([f["pixel_values"] for f in features])
-        batch["labels"] = {
-            head: self._label_tensor([f["labels"].get(head) for f in features], spec) for head, spec in self.heads.items()
-        }
+        batch["labels"] = {head: self._label_tensor([f["labels"].get(head) for f in features], spec) for head, spec in self.heads.items()}
         return batch

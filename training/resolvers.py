@@ -76,6 +76,14 @@ def tiny_text_encoder(out_dir: str) -> str:
     return str(build_tiny_bert(out_dir, caption_corpus()))
 
 
+def tiny_clip_model(out_dir: str) -> str:
+    """Path of a tiny CLIP (text + vision towers, tokenizer, image processor) for the synthetic memes."""
+    from datamodules.synthetic import caption_corpus
+    from models.backbones.tiny import build_tiny_clip
+
+    return str(build_tiny_clip(out_dir, caption_corpus()))
+
+
 def register() -> None:
     for name, fn in {
         "run_id": run_id,
@@ -83,6 +91,7 @@ def register() -> None:
         "wandb_offline": wandb_offline,
         "fold_job_type": fold_job_type,
         "tiny_text_encoder": tiny_text_encoder,
+        "tiny_clip_model": tiny_clip_model,
         "project_root": project_root,
         "manifest_heads": manifest_heads,
     }.items():

@@ -9,6 +9,7 @@ import timm
 import torch
 from timm.data import create_transform, resolve_data_config
 from torch import nn
+from torch.nn import functional as F
 
 
 class TimmImageEncoder(nn.Module):
@@ -23,6 +24,21 @@ class TimmImageEncoder(nn.Module):
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         return self.model(pixel_values)
+
+    def tokens(self, pixel_values: torch.Tensor, num_tokens: int) -> torch.Tensor:
+        """The unpooled feature map as `num_tokens` region vectors (B, num_tokens, C): MMBT's "grid" input.
+
+        CNN maps (B, C, H, W) are average-pooled to a square grid; ViT-like token sequences drop their
+        prefix (class/register) tokens and are pooled along the sequence.
+        """
+        features = self.model.forward_features(pixel_values)
+        if features.dim() == 4:
+            side = int(round(num_tokens**0.5))
+            if side * side != num_tokens:
+                raise ValueError(f"a CNN grid needs a square number of image tokens, got {num_tokens}")
+            return F.adaptive_avg_pool2d(features, side).flatten(2).transpose(1, 2)
+        patches = features[:, getattr(self.model, "num_prefix_tokens", 0) :]
+        return F.adaptive_avg_pool1d(patches.transpose(1, 2), num_tokens).transpose(1, 2)
 
 
 def timm_transform(model_name: str, input_size: int | None = None) -> Callable:

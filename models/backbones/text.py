@@ -33,6 +33,10 @@ class HFTextEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.pool(hidden, attention_mask)
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """CLS (first position) or mean over the real tokens."""
         if self.pooling == "cls":
             return hidden[:, 0]
         weights = attention_mask.unsqueeze(-1).to(hidden.dtype)

@@ -30,7 +30,7 @@ def test_default_fusion_reaches_the_threshold_and_each_head_matches_its_own_cult
     assert matrix["US"]["US"] - matrix["US"]["CN"] >= 0.05, matrix["US"]
 
 
-@pytest.mark.parametrize("model", ["text_only", "image_only"])
+@pytest.mark.parametrize("model", ["text", "image"])
 def test_unimodal_models_stay_below_the_ceiling(train_run, model):
     metrics, _ = _run(train_run, f"model={model}", "test=false")
     assert metrics["best"]["val"]["mean"]["auroc"] <= 0.75

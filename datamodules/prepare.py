@@ -1,0 +1,118 @@
+"""Convert a raw dataset to shards without training, e.g. once on a cluster's login node:
+
+    python -m datamodules.prepare multi3hate --raw-dir /data/Multi3Hate/data --out /scratch/shards --folds 3
+
+The source is built from the same Hydra data config that `train.py data=<name>` uses, and the
+shards land where that config's datamodule looks for them (`<out>/<name>-<fingerprint>`), so a
+training run with `data.shard_root=<out>` (and the same raw_dir and options) reuses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from datamodules.folds import ensure_folds
+from datamodules.shards import MANIFEST, conversion_summary, fingerprint, read_manifest, verify_shards, write_shards
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+def data_configs() -> list[str]:
+    """Data configs that convert a raw layout (they have a `source` and a `raw_dir`)."""
+    return sorted(p.stem for p in (CONFIG_DIR / "data").glob("*.yaml") if "raw_dir:" in p.read_text())
+
+
+def compose_data(name: str, overrides: list[str]) -> DictConfig:
+    """The `data=<name>` node of the training config, with `data.`-relative overrides applied."""
+    import training.resolvers  # noqa: F401  (paths use ${project_root:})
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=[f"data={name}", *(o if o.startswith("data.") else f"data.{o}" for o in overrides)])
+    return cfg.data
+
+
+def prepare(data: DictConfig, out: str | None = None, force: bool = False, folds: int | None = None) -> tuple[Path, dict[str, Any]]:
+    """Convert (unless done) under the same lock the datamodule takes; return the shard dir and manifest."""
+    source = instantiate(data.source)
+    root = Path(out or data.shard_root)
+    directory = root / f"{source.name}-{fingerprint(source.params())}"
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(directory) + ".lock"):
+        if (directory / MANIFEST).is_file() and not force:
+            print(f"{directory} is already converted (use --force to convert again); verifying checksums …", flush=True)
+            verify_shards(directory)
+        else:
+            print(f"Converting {source.name} from {source.raw_dir} to {directory} …", flush=True)
+            summary = source.summary()
+            write_shards(
+                source,
+                directory,
+                dataset=source.name,
+                heads=source.heads,
+                params=source.params(),
+                maxcount=int(data.samples_per_shard),
+                allow_skip=source.on_error == "skip",
+                extra={"source_summary": summary} if summary else {},
+                progress_every=1000,
+            )
+        if folds:
+            splits = sorted(set(data.train_splits) | set(data.val_splits))
+            entry = ensure_folds(directory, folds, int(data.fold_seed), splits)
+            print(f"folds: {folds} (seed {data.fold_seed}) over {splits}: samples per fold {entry['samples_per_fold']}")
+    return directory, read_manifest(directory)
+
+
+def _quoted(value: str) -> str:
+    """A path as a Hydra override value: quoted when it holds characters the override grammar reserves."""
+    if re.fullmatch(r"[\w/.\-~+:@]+", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dataset", choices=data_configs(), help="data config name (configs/data/<name>.yaml)")
+    parser.add_argument("--raw-dir", required=True, help="the dataset's folder in its published layout")
+    parser.add_argument("--out", help="shard root (default: the config's shard_root, ${paths.data_dir}/shards)")
+    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="stop at the first bad input, or skip and count it")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="data config override, e.g. source.include_tags=true"
+    )
+    parser.add_argument("--folds", type=int, help="also store a grouped stratified k-fold assignment (e.g. 3 for Multi3Hate)")
+    parser.add_argument("--force", action="store_true", help="convert again even if the shards exist")
+    args = parser.parse_args(argv)
+
+    data = compose_data(args.dataset, [f"raw_dir={_quoted(str(Path(args.raw_dir).resolve()))}", f"on_error={args.on_error}", *args.set])
+    try:
+        directory, manifest = prepare(data, args.out, args.force, args.folds)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(conversion_summary(manifest))
+    if manifest.get("source_summary"):
+        print("source summary: " + json.dumps(manifest["source_summary"], ensure_ascii=False))
+    root = directory.parent
+    print(f"\nShards: {directory}")
+    raw_dir, shard_root, shard_dir = (
+        shlex.quote(f"data.{k}={_quoted(str(v))}") for k, v in [("raw_dir", data.raw_dir), ("shard_root", root), ("shard_dir", directory)]
+    )
+    print(f"Train from them: python train.py data={args.dataset} {raw_dir} {shard_root} …")
+    print(f"          or:    python train.py data=shards {shard_dir} …")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

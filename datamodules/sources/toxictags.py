@@ -1,0 +1,68 @@
+"""ToxicTags: imgflip memes with title, OCR text and social tags; toxic (stage I) and toxic type (stage II).
+
+No public release exists, so crossmod defines the layout (docs/datasets.md): `toxictags.jsonl`
+beside an `images/` folder, one line per meme:
+`{"id", "image": "images/x.jpg", "title", "ocr_text", "tags": [...], "label", "split"}` with
+`label` in normal | hateful | dangerous | offensive | undecided and `split` in train | val | test.
+Heads: `toxic` = label ≠ normal; `toxic_type` = hateful / dangerous / offensive, None for normal
+and undecided memes (undecided memes are toxic whose type the annotators did not settle, so they
+count for stage I and are masked for stage II, as the study excludes them there).
+The study has no dev split: `val_share` moves a stable, id-hashed share of train to `val`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from datamodules.sample import Label
+from datamodules.sources.jsonl_memes import Invalid, JsonlMemeSource, string_list, text_field
+
+TOXIC_TYPES = ["hateful", "dangerous", "offensive"]
+LABELS = ("normal", *TOXIC_TYPES, "undecided")
+
+
+def stable_fraction(key: str) -> float:
+    """A number in [0, 1) fixed by the key alone: the same split on every machine and rerun."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+
+
+class ToxicTagsSource(JsonlMemeSource):
+    """Converts the documented ToxicTags layout; `include_tags` appends the tags to the text input."""
+
+    name = "toxictags"
+    version = 1
+    file = "toxictags.jsonl"
+    heads = {"toxic": {"kind": "binary"}, "toxic_type": {"kind": "multiclass", "classes": TOXIC_TYPES}}
+
+    def __init__(
+        self, raw_dir: str | Path, include_tags: bool = False, tags_prefix: str = "Tags: ", val_share: float = 0.1, on_error: str = "raise"
+    ) -> None:
+        super().__init__(raw_dir, on_error)
+        if not 0 <= val_share < 1:
+            raise ValueError(f"toxictags: val_share must be in [0, 1), got {val_share}")
+        self.include_tags, self.tags_prefix, self.val_share = bool(include_tags), tags_prefix, float(val_share)
+
+    def options(self) -> dict[str, Any]:
+        return {"include_tags": self.include_tags, "tags_prefix": self.tags_prefix, "val_share": self.val_share}
+
+    def convert(self, item: dict[str, Any]) -> tuple[str, dict[str, Label], dict[str, Any]]:
+        label = item.get("label")
+        if label not in LABELS:
+            raise Invalid(f"label {label!r} is not one of {list(LABELS)}")
+        title, ocr = text_field(item, "title"), text_field(item, "ocr_text")
+        tags = string_list(item, "tags")
+        parts = [part for part in (title, ocr) if part]
+        if parts and self.include_tags and tags:
+            parts.append(self.tags_prefix + ", ".join(tags))
+        labels: dict[str, Label] = {
+            "toxic": int(label != "normal"),
+            "toxic_type": TOXIC_TYPES.index(label) if label in TOXIC_TYPES else None,
+        }
+        return "\n".join(parts), labels, {"title": title, "ocr_text": ocr, "tags": tags, "label": label}
+
+    def assign_split(self, sample_id: str, split: str) -> str:
+        if split == "train" and self.val_share and stable_fraction(sample_id) < self.val_share:
+            return "val"
+        return split

@@ -1,0 +1,99 @@
+"""Every experiment runs one fast step (debug=fdr) through train.py on fixture data in its dataset's
+layout, with its real backbones swapped for tiny local ones (no downloads); the rest of each recipe
+(optimizer, schedule, trainer protocol, callbacks) is used as written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import ROOT, SMALL_DATA
+from tests.datamodules.sources import layouts
+
+TINY_TEXT = ("model.text.name_or_path=${paths.tiny_bert}",)
+TINY_IMAGE = ("model.image.model_name=test_resnet", "model.image.pretrained=false", "model.preprocessor.image_size=64")
+TINY_CLIP = ("model.fusion.name_or_path={tiny_clip}",)
+
+# experiment → (fixture layout or None, overrides)
+EXPERIMENTS = {
+    "synthetic_concat": (None, SMALL_DATA),
+    "hm_text_bert": ("hateful_memes", TINY_TEXT),
+    "hm_image_grid": ("hateful_memes", TINY_IMAGE),
+    "hm_late_fusion": ("hateful_memes", TINY_TEXT + TINY_IMAGE),
+    "hm_concat_bert": ("hateful_memes", TINY_TEXT + TINY_IMAGE),
+    "hm_mmbt_grid": ("hateful_memes", TINY_TEXT + TINY_IMAGE),
+    "hm_clip_fusion": ("hateful_memes", TINY_CLIP),
+    "mhc_xtc": ("mhc", TINY_TEXT + ("num_folds=2",)),
+    "toxictags_text_tags": ("toxictags", TINY_TEXT),
+    "memebridge_multitask": ("memebridge", TINY_TEXT + TINY_IMAGE),
+}
+
+
+def experiment_names() -> list[str]:
+    return sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
+
+
+def test_every_experiment_has_a_fast_step_below():
+    assert set(experiment_names()) == set(EXPERIMENTS), "add the new experiment's fixture and tiny-model overrides here"
+
+
+@pytest.fixture(scope="session")
+def raw_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("raw")
+    return {name: getattr(layouts, name)(root / name) for name in ("hateful_memes", "mhc", "toxictags", "memebridge")}
+
+
+@pytest.fixture(scope="session")
+def tiny_clip(data_dir: Path) -> Path:
+    from datamodules.synthetic import caption_corpus
+    from models.backbones.tiny import build_tiny_clip
+
+    return build_tiny_clip(data_dir / "assets" / "tiny-clip-synthetic", caption_corpus())
+
+
+@pytest.mark.parametrize("experiment", experiment_names())
+def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tiny_clip):
+    layout, overrides = EXPERIMENTS[experiment]
+    data = (f"data.raw_dir={raw_dirs[layout]}",) if layout else ()
+    overrides = tuple(o.replace("{tiny_clip}", str(tiny_clip)) for o in overrides)
+    result = train_run(f"experiment={experiment}", "debug=fdr", *data, *overrides)
+    assert "val AUROC" in result.stdout
+    (run_dir,) = train_run.run_dirs(experiment)
+    config = OmegaConf.load(run_dir / "config.yaml")
+    assert config.name == experiment
+
+
+def test_hateful_memes_recipe_protocol_is_composed(train_run, raw_dirs):
+    """The shared protocol reaches the trainer and optimizer (betas, eps, warmup steps, update budget)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=hm_concat_bert", "data.raw_dir=/raw"])
+    assert list(cfg.model.optimizer.betas) == [0.9, 0.98] and cfg.model.optimizer.eps == 1e-8 and cfg.model.optimizer.lr == 1e-5
+    assert cfg.model.scheduler.warmup_steps == 2000 and cfg.model.scheduler.warmup_ratio is None
+    assert cfg.trainer.max_steps == 22000 and cfg.trainer.val_check_interval == 500 and cfg.trainer.check_val_every_n_epoch is None
+    assert cfg.data.batch_size == 256 and cfg.model.text.name_or_path == "bert-base-uncased"
+
+
+def test_seeds_multirun_and_its_report(tmp_path):
+    import json
+
+    from hydra import compose, initialize_config_dir
+
+    from training.seed_report import summarise
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["multirun=seeds"], return_hydra_config=True)
+    assert cfg.hydra.mode.name == "MULTIRUN" and cfg.hydra.sweeper.params.seed == "1,2,3"
+
+    for seed, auroc in ((1, 0.6), (2, 0.7), (3, 0.8)):
+        run = tmp_path / f"run{seed}"
+        run.mkdir()
+        best = {"val": {"mean": {"auroc": auroc}}, "test": {"mean": {"auroc": auroc - 0.1}}}
+        (run / "metrics.json").write_text(json.dumps({"experiment": "x", "seed": seed, "best": best}))
+    result = summarise(tmp_path)["x"]
+    assert result["seeds"] == [1, 2, 3] and result["problems"] == []
+    assert result["metrics"]["test/mean/auroc"]["mean"] == pytest.approx(0.6)
+    assert result["metrics"]["test/mean/auroc"]["std"] == pytest.approx(0.1)  # sample std (ddof=1), as reported
