@@ -7,13 +7,17 @@ datamodule needs it before any weights exist.
 
 from __future__ import annotations
 
+import inspect
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
+from safetensors.torch import load_file, save_file
 from torch import nn
 from torchmetrics import MeanMetric
 
@@ -41,7 +45,11 @@ class MemeClassifier(L.LightningModule):
         scheduler: dict[str, Any] | None = None,
         head_dropout: float = 0.0,
         param_groups: dict[str, dict[str, Any]] | None = None,
+        name_or_path: str | None = None,
+        prompt: dict[str, Any] | None = None,
     ) -> None:
+        """`name_or_path` and `prompt` are family-level settings (the VLM's checkpoint and prompt) that the
+        fusion and the preprocessor share through interpolation; they are kept with the hyperparameters."""
         super().__init__()
         self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")})
         self.heads_spec = {name: dict(spec) for name, spec in _plain(heads).items()}
@@ -104,6 +112,24 @@ class MemeClassifier(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_epoch_metrics("test")
 
+    def export_adapter(self, directory: str | Path) -> Path:
+        """A VLM's LoRA adapter (PEFT files) plus the heads (`heads.safetensors`, `heads.json`): what a
+        fresh base model needs to reproduce this model's logits."""
+        if not hasattr(self.backbone, "save_adapter"):
+            raise ValueError(f"{type(self.backbone).__name__} has no adapter to export")
+        directory = Path(directory)
+        self.backbone.save_adapter(directory)
+        if self.heads is not None:
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.heads.state_dict().items()}, str(directory / "heads.safetensors"))
+        (directory / "heads.json").write_text(json.dumps(self.heads_spec, indent=1))
+        return directory
+
+    def load_adapter(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        self.backbone.load_adapter(directory)
+        if self.heads is not None:
+            self.heads.load_state_dict(load_file(str(directory / "heads.safetensors")))
+
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Optimizer groups: per-module learning rates (`param_groups` patterns, first match wins), and no
         weight decay for biases and norm weights."""
@@ -139,5 +165,7 @@ class MemeClassifier(L.LightningModule):
         if ratio is not None and steps is not None:
             raise ValueError("scheduler: give warmup_ratio or warmup_steps, not both")
         warmup = int(steps) if steps is not None else int((ratio or 0.0) * total)
-        scheduler = instantiate(scheduler_cfg, optimizer=optimizer, num_warmup_steps=warmup, num_training_steps=total)
+        schedule_args = {"optimizer": optimizer, "num_warmup_steps": warmup, "num_training_steps": total}
+        accepted = inspect.signature(get_method(scheduler_cfg["_target_"])).parameters  # constant schedules take no total
+        scheduler = instantiate(scheduler_cfg, **{k: v for k, v in schedule_args.items() if k in accepted})
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

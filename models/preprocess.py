@@ -73,13 +73,6 @@ class MemePreprocessor:
             features["pixel_values"] = self._pixels(sample)
         return features
 
-    def _label_tensor(self, values: list[Any], spec: dict[str, Any]) -> torch.Tensor:
-        if spec["kind"] == "multilabel":
-            width = len(spec["classes"])
-            return torch.tensor([v if v is not None else [-1] * width for v in values], dtype=torch.float32)
-        dtype = torch.float32 if spec["kind"] == "binary" else torch.long
-        return torch.tensor([-1 if v is None else v for v in values], dtype=dtype)
-
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         batch: dict[str, Any] = {"ids": [f["id"] for f in features]}
         if self.tokenizer is not None:
@@ -89,5 +82,18 @@ class MemePreprocessor:
             batch["input_ids"], batch["attention_mask"] = tokens["input_ids"], tokens["attention_mask"]
         if self.transform is not None:
             batch["pixel_values"] = torch.stack([f["pixel_values"] for f in features])
-        batch["labels"] = {head: self._label_tensor([f["labels"].get(head) for f in features], spec) for head, spec in self.heads.items()}
+        batch["labels"] = label_tensors(features, self.heads)
         return batch
+
+
+def label_tensor(values: list[Any], spec: dict[str, Any]) -> torch.Tensor:
+    """One head's labels for a batch; -1 (or a row of -1) where the item is not annotated for it."""
+    if spec["kind"] == "multilabel":
+        width = len(spec["classes"])
+        return torch.tensor([v if v is not None else [-1] * width for v in values], dtype=torch.float32)
+    dtype = torch.float32 if spec["kind"] == "binary" else torch.long
+    return torch.tensor([-1 if v is None else v for v in values], dtype=dtype)
+
+
+def label_tensors(features: list[dict[str, Any]], heads: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
+    return {head: label_tensor([f["labels"].get(head) for f in features], spec) for head, spec in heads.items()}

@@ -4,7 +4,7 @@
 
 Each family runs `train.py model=<family>` (same data, seed and epochs) in its own process; the val
 and test mean AUROC of each best checkpoint go to `docs/model_zoo.json` (with versions and wall
-times) and the table between the `zoo-table` markers in README.md is regenerated from that file.
+times, which are only indicative when other jobs share the machine) and the table between the `zoo-table` markers in README.md is regenerated from that file.
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ def render(results: dict) -> str:
         f"Val / test mean AUROC over the five culture heads, synthetic memes, {results['epochs']} epochs, seed {results['seed']}, "
         f"{results['machine']} (measured by `scripts/zoo_table.py`, stored in `docs/model_zoo.json`):",
         "",
-        "| family | val mean AUROC | test mean AUROC | wall (s) |",
-        "|---|---|---|---|",
+        "| family | val mean AUROC | test mean AUROC |",
+        "|---|---|---|",
     ]
     for row in results["rows"]:
-        lines.append(f"| `{row['family']}` | {row['val_mean_auroc']:.3f} | {row['test_mean_auroc']:.3f} | {row['wall_s']:.0f} |")
+        lines.append(f"| `{row['family']}` | {row['val_mean_auroc']:.3f} | {row['test_mean_auroc']:.3f} |")
     return "\n".join(lines)
 
 
@@ -83,21 +83,22 @@ def main() -> None:
         import torch
 
         with tempfile.TemporaryDirectory() as tmp:
-            rows = [train(family, args.epochs, args.seed, Path(tmp)) for family in args.families]
-        if RESULTS.is_file():  # families not re-run keep their rows when the budget is the same
-            old = json.loads(RESULTS.read_text())
-            if (old["epochs"], old["seed"]) == (args.epochs, args.seed):
-                fresh = {row["family"] for row in rows}
-                rows = [r for r in old["rows"] if r["family"] not in fresh] + rows
-        rows.sort(key=lambda row: FAMILIES.index(row["family"]))
-        results = {
-            "epochs": args.epochs,
-            "seed": args.seed,
-            "rows": rows,
-            "torch": torch.__version__,
-            "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}), no GPU",
-        }
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+            for family in args.families:  # saved after each family: an interrupted run keeps what it measured
+                row = train(family, args.epochs, args.seed, Path(tmp))
+                rows = [row]
+                if RESULTS.is_file():  # families not re-run keep their rows when the budget is the same
+                    old = json.loads(RESULTS.read_text())
+                    if (old["epochs"], old["seed"]) == (args.epochs, args.seed):
+                        rows += [r for r in old["rows"] if r["family"] != family]
+                rows.sort(key=lambda r: FAMILIES.index(r["family"]))
+                results = {
+                    "epochs": args.epochs,
+                    "seed": args.seed,
+                    "rows": rows,
+                    "torch": torch.__version__,
+                    "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}), no GPU",
+                }
+                RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     update_readme(json.loads(RESULTS.read_text()))
     print(render(json.loads(RESULTS.read_text())))
 

@@ -28,6 +28,8 @@ EXPERIMENTS = {
     "mhc_xtc": ("mhc", TINY_TEXT + ("num_folds=2",)),
     "toxictags_text_tags": ("toxictags", TINY_TEXT),
     "memebridge_multitask": ("memebridge", TINY_TEXT + TINY_IMAGE),
+    "qwen_lora_cv": ("multi3hate", ("model.name_or_path={tiny_qwen}", "model.preprocessor.image_size=56", "data.batch_size=4")),
+    "qwen_zeroshot": ("multi3hate", ("model.name_or_path={tiny_qwen}", "model.preprocessor.image_size=56", "fold=0", "num_folds=3")),
 }
 
 
@@ -42,7 +44,7 @@ def test_every_experiment_has_a_fast_step_below():
 @pytest.fixture(scope="session")
 def raw_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("raw")
-    return {name: getattr(layouts, name)(root / name) for name in ("hateful_memes", "mhc", "toxictags", "memebridge")}
+    return {name: getattr(layouts, name)(root / name) for name in ("hateful_memes", "mhc", "toxictags", "memebridge", "multi3hate")}
 
 
 @pytest.fixture(scope="session")
@@ -53,11 +55,18 @@ def tiny_clip(data_dir: Path) -> Path:
     return build_tiny_clip(data_dir / "assets" / "tiny-clip-synthetic", caption_corpus())
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen(data_dir: Path) -> str:
+    from training.resolvers import tiny_qwen_vl
+
+    return tiny_qwen_vl(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
+
+
 @pytest.mark.parametrize("experiment", experiment_names())
-def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tiny_clip):
+def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tiny_clip, tiny_qwen):
     layout, overrides = EXPERIMENTS[experiment]
     data = (f"data.raw_dir={raw_dirs[layout]}",) if layout else ()
-    overrides = tuple(o.replace("{tiny_clip}", str(tiny_clip)) for o in overrides)
+    overrides = tuple(o.replace("{tiny_clip}", str(tiny_clip)).replace("{tiny_qwen}", tiny_qwen) for o in overrides)
     result = train_run(f"experiment={experiment}", "debug=fdr", *data, *overrides)
     assert "val AUROC" in result.stdout
     (run_dir,) = train_run.run_dirs(experiment)

@@ -70,6 +70,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "final": {"val": nest(final_val, "val")},
     }
     if trainer.is_global_zero:
+        if getattr(model.backbone, "save_adapter", None) and cfg.model.get("fusion", {}).get("lora"):
+            metrics["adapter"] = str(model.export_adapter(run_dir / "adapter"))  # the scored (best) weights
         copy_manifest(datamodule.dataset_dir, run_dir)
         write_metrics(run_dir, metrics)
         if cfg.get("print_table", True):

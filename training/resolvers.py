@@ -5,6 +5,7 @@ from __future__ import annotations
 import netrc
 import os
 import time
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -56,8 +57,6 @@ def fold_job_type(fold: int | None) -> str:
 
 def project_root() -> str:
     """The checkout holding `configs/` (override with CROSSMOD_ROOT), absolute so every process agrees."""
-    from pathlib import Path
-
     return os.environ.get("CROSSMOD_ROOT") or str(Path(__file__).resolve().parents[1])
 
 
@@ -84,6 +83,17 @@ def tiny_clip_model(out_dir: str) -> str:
     return str(build_tiny_clip(out_dir, caption_corpus()))
 
 
+def tiny_qwen_vl(out_dir: str, version: str = "qwen2_vl") -> str:
+    """Path of a tiny random Qwen2-VL (or Qwen2.5-VL) folder whose tokenizer knows the captions and prompts."""
+    from datamodules.synthetic import caption_corpus
+    from models.vlm.prompts import PromptSpec, prompt_corpus
+    from models.vlm.tiny import build_tiny_qwen_vl
+
+    model_cfg = OmegaConf.load(Path(project_root()) / "configs" / "model" / "vlm.yaml")
+    spec = PromptSpec(**OmegaConf.to_container(model_cfg.prompt))
+    return str(build_tiny_qwen_vl(out_dir, caption_corpus() + prompt_corpus(spec), version=version))
+
+
 def register() -> None:
     for name, fn in {
         "run_id": run_id,
@@ -92,6 +102,7 @@ def register() -> None:
         "fold_job_type": fold_job_type,
         "tiny_text_encoder": tiny_text_encoder,
         "tiny_clip_model": tiny_clip_model,
+        "tiny_qwen_vl": tiny_qwen_vl,
         "project_root": project_root,
         "manifest_heads": manifest_heads,
     }.items():

@@ -1,0 +1,183 @@
+"""Read a zero-shot VLM's free-text answer to the Multi3Hate two-option question as 1 / 0 / None.
+
+Protocol (shared/REFERENCE.md §1): the prompt ends with "\\nChoose:\\na: Hate\\nb: Non-hate\\n" or the swapped
+order; prompt index = 2·question + order and an even index means the first letter is Hate. Native-language
+prompts use their own letters (Hindi: क = first option, ख = second). Generations are greedy, up to 40 tokens,
+so an answer may be a bare letter, a letter with its label ("a: Hate"), a sentence ("The answer is b."),
+or only the label words ("Non-hate speech."). Anything we cannot read unambiguously is ``None``: the study
+counts such answers as wrong and reports how many there were.
+
+Parsing order, and why:
+1. An option letter, because the question asks for one. A letter only counts when it stands alone
+   (so the "a" of "speech" or "cannot" never counts) *and* it is clearly used as an answer: it is followed
+   by ")", "]", ":", ".", ",", ";", "-", a newline or the end of the text, or preceded by "(" / "[" / an
+   answer cue ("answer:", "answer is", "option", "उत्तर:" …). This keeps the English article out:
+   in "This is a hateful meme" the "a" is followed by a word and preceded by no cue.
+2. Otherwise the label words, negated forms first ("non-hate", "not hate" …) and masked out, so the
+   "hate" inside "non-hate" is not read as Hate.
+3. ``None`` when signals disagree: two different letters ("a or b", "a: Hate\\nb: Non-hate"), a letter whose
+   meaning contradicts the label word given with it ("a: Hate" when a is Non-hate), both label words and no
+   letter ("hate or non-hate"), or a hedge/refusal with no letter ("I cannot determine …").
+"yes"/"no" are deliberately not mapped: the prompts ask for a letter, so such answers are invalid.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+DEFAULT_LETTERS: tuple[str, str] = ("a", "b")
+HINDI_LETTERS: tuple[str, str] = ("क", "ख")
+
+
+class LabelWords(NamedTuple):
+    """Regex fragments (matched case-insensitively, as whole words) that name each label.
+
+    ``non_hate`` is searched first and masked, because every English non-hate phrase contains "hate".
+    """
+
+    hate: tuple[str, ...] = (r"hate(?:ful)?",)
+    non_hate: tuple[str, ...] = (
+        r"non[\s\-_]*hate(?:ful)?",  # non-hate, non hate, nonhate, Non-Hate Speech, non-hateful
+        r"not(?:\s+\w+){0,3}?\s*[\-_]?hate(?:ful)?",  # not hate, not a hate speech, does not contain any hate, nothate
+        r"no\s+hate(?:ful)?",  # no hate speech
+    )
+
+
+ENGLISH_WORDS = LabelWords()
+
+# Words right before a letter that mark it as the chosen option ("Answer: a", "The answer is b", "Option (a)").
+_CUE = re.compile(r"(?:\banswer(?:\s+is|\s+would\s+be)?|\boption|\bchoice(?:\s+is)?|उत्तर(?:\s+है)?)\s*:?\s*$")
+# What may follow a letter used as an answer ("a)", "a:", "a.", "a - Hate", "b\nbecause …", end of text).
+_TERMINATORS = frozenset(")]}:.,;-–—\n।")
+_OPENERS = ("(", "[", "{")
+_QUOTES = "'\"“”‘’«»"
+# Text between two different letters that makes the answer a non-choice ("a or b", "both a and b", "a/b").
+_CONNECTORS = frozenset({"", "or", "and", "nor", "/", ",", "&", "-", "vs", "vs.", "या", "और", "और/या"})
+# Hedges/refusals: a word-only answer containing these is not a decision ("I cannot determine if this is hate").
+_HEDGE = re.compile(r"\b(?:cannot|can not|unable|not able|not sure|unsure|unclear|sorry|impossible|difficult to|hard to)\b")
+
+
+def _is_wordish(char: str) -> bool:
+    """Letters, digits and combining marks (Devanagari vowel signs/virama are marks, not letters)."""
+    return char.isalnum() or unicodedata.category(char).startswith("M")
+
+
+def _standalone(text: str, start: int, end: int) -> bool:
+    return (start == 0 or not _is_wordish(text[start - 1])) and (end == len(text) or not _is_wordish(text[end]))
+
+
+def _normalise(text: str) -> str:
+    """Casefold, unify apostrophes, expand "n't", drop markdown emphasis, squeeze spaces, strip quotes."""
+    text = unicodedata.normalize("NFKC", text).casefold().replace("’", "'").replace("‘", "'")
+    text = re.sub(r"\bcan't\b", "cannot", text)
+    text = re.sub(r"\bwon't\b", "will not", text)
+    text = re.sub(r"n't\b", " not", text)
+    text = text.replace("*", "").replace("`", "")
+    text = re.sub(r"[^\S\n]+", " ", text)
+    return text.strip().strip(_QUOTES).strip()
+
+
+def _letter_hits(text: str, letters: tuple[str, str]) -> list[tuple[int, int, str]]:
+    """Every standalone occurrence (start, end, letter) of an option letter, in text order."""
+    hits = []
+    for letter in letters:
+        for match in re.finditer(re.escape(letter), text):
+            if _standalone(text, match.start(), match.end()):
+                hits.append((match.start(), match.end(), letter))
+    return sorted(hits)
+
+
+def _used_as_answer(text: str, start: int, end: int) -> bool:
+    before = text[:start].rstrip(" \t" + _QUOTES)
+    if before.endswith(_OPENERS) or _CUE.search(before):
+        return True
+    after = text[end:].lstrip(" \t" + _QUOTES)
+    return after == "" or after[0] in _TERMINATORS
+
+
+def _chosen_letter(text: str, letters: tuple[str, str]) -> str | None:
+    """The one letter answered, "" when none, None when the answer offers both letters."""
+    hits = _letter_hits(text, letters)
+    for (_, end, first), (start, _, second) in zip(hits, hits[1:]):
+        between = text[end:start].strip(" \t()[]" + _QUOTES)
+        if first != second and between in _CONNECTORS:
+            return None  # "a or b", "Both a and b", "(a)/(b)"
+    chosen = {letter for start, end, letter in hits if _used_as_answer(text, start, end)}
+    if len(chosen) > 1:
+        return None
+    return chosen.pop() if chosen else ""
+
+
+def _word_label(text: str, words: LabelWords) -> int | None | str:
+    """1 / 0 from the label words, None when none is named, "both" when both are."""
+
+    def find(patterns: tuple[str, ...], haystack: str) -> list[tuple[int, int]]:
+        spans = []
+        for pattern in patterns:
+            for match in re.finditer(pattern, haystack):
+                if match.end() > match.start() and _standalone(haystack, match.start(), match.end()):
+                    spans.append(match.span())
+        return spans
+
+    non_hate = find(words.non_hate, text)
+    masked = text
+    for start, end in non_hate:
+        masked = masked[:start] + " " * (end - start) + masked[end:]
+    hate = find(words.hate, masked)
+    if hate and non_hate:
+        return "both"
+    return 1 if hate else 0 if non_hate else None
+
+
+def parse_answer(text: str, hate_option: str, options: tuple[str, str] = DEFAULT_LETTERS, words: LabelWords = ENGLISH_WORDS) -> int | None:
+    """1 (hate), 0 (non-hate) or None (invalid) for one generation; ``hate_option`` is the letter meaning Hate."""
+    letters = (options[0].casefold(), options[1].casefold())
+    hate_letter = hate_option.casefold()
+    if len(set(letters)) != 2 or hate_letter not in letters:
+        raise ValueError(f"hate_option {hate_option!r} must be one of two distinct options {options!r}")
+    text = _normalise(text)
+    if not text:
+        return None
+    letter = _chosen_letter(text, letters)
+    if letter is None:
+        return None
+    word = _word_label(text, words)
+    if letter:
+        value = int(letter == hate_letter)
+        # A label word that definitely disagrees with the letter ("a: Hate" when a is Non-hate) is a contradiction;
+        # mixed words ("b: Non-hate, although it mentions hate …") leave the letter in charge.
+        return None if word in (0, 1) and word != value else value
+    if word == "both" or word is None or _HEDGE.search(text):
+        return None
+    return word
+
+
+def options_for_prompt(index: int, letters: tuple[str, str] = DEFAULT_LETTERS) -> str:
+    """The letter meaning Hate in prompt ``index`` (= 2·question + order): the first letter for even indices."""
+    if index < 0:
+        raise ValueError(f"prompt index must be >= 0, got {index}")
+    return letters[index % 2]
+
+
+@dataclass(frozen=True)
+class OptionSet:
+    """The two option letters of one prompt and which of them means Hate; renders and parses that prompt's choices."""
+
+    letters: tuple[str, str] = DEFAULT_LETTERS
+    hate: str = "a"
+    words: LabelWords = field(default=ENGLISH_WORDS)
+
+    @classmethod
+    def for_prompt(cls, index: int, letters: tuple[str, str] = DEFAULT_LETTERS, words: LabelWords = ENGLISH_WORDS) -> OptionSet:
+        return cls(letters=letters, hate=options_for_prompt(index, letters), words=words)
+
+    def choices(self, hate_name: str = "Hate", non_hate_name: str = "Non-hate", header: str = "Choose:") -> str:
+        """The options block of the prompt, e.g. "\\nChoose:\\na: Hate\\nb: Non-hate\\n"."""
+        names = (hate_name, non_hate_name) if self.hate == self.letters[0] else (non_hate_name, hate_name)
+        return f"\n{header}\n{self.letters[0]}: {names[0]}\n{self.letters[1]}: {names[1]}\n"
+
+    def parse(self, text: str) -> int | None:
+        return parse_answer(text, self.hate, self.letters, self.words)

@@ -1,0 +1,149 @@
+"""Qwen2-VL / Qwen2.5-VL with PEFT LoRA as a meme classifier: culture heads or a verbalizer.
+
+`head`: the last real token's final hidden state feeds the shared heads (one output per culture).
+`verbalizer`: the language-model logits of the two answer options at that position give
+log P(hate option) − log P(other option) for every head, so AUROC is defined and a base model scores
+memes zero-shot. Only LoRA weights (and heads) train; the base stays frozen and loadable from its
+own folder, so adapters and heads are saved and shipped on their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModelForImageTextToText
+
+log = logging.getLogger(__name__)
+
+# LoRA target presets (regexes over module names; the vision tower's layers are called qkv/proj/fc1/fc2).
+LANGUAGE_MODEL = r"^(?!.*visual).*"
+TARGET_PRESETS = {
+    "qv": LANGUAGE_MODEL + r"\.(q_proj|v_proj)$",  # the study's choice
+    "all_linear": LANGUAGE_MODEL + r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)$",
+}
+VISION_TARGETS = r".*visual.*\.(qkv|proj|fc1|fc2|gate_proj|up_proj|down_proj)$"
+
+
+def resolve_attn_implementation(requested: str) -> str:
+    """`auto`: flash_attention_2 when flash-attn imports and a GPU is there, else sdpa (one log line)."""
+    has_flash = importlib.util.find_spec("flash_attn") is not None
+    if requested == "auto":
+        chosen = "flash_attention_2" if has_flash and torch.cuda.is_available() else "sdpa"
+        log.info(
+            "attention implementation: %s (flash-attn %s, CUDA %s)",
+            chosen,
+            "importable" if has_flash else "not installed",
+            "available" if torch.cuda.is_available() else "not available",
+        )
+        return chosen
+    if requested == "flash_attention_2" and not has_flash:
+        raise ValueError(
+            "attn_implementation=flash_attention_2 was requested but the flash-attn package does not import; "
+            "install flash-attn or use attn_implementation=auto|sdpa|eager"
+        )
+    return requested
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """`auto`: bf16 on GPU, fp32 on CPU."""
+    if dtype == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return getattr(torch, dtype)
+
+
+def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position of each row's last real token, for left or right padding alike."""
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return (attention_mask.long() * positions).argmax(dim=1)
+
+
+class VLMClassifier(nn.Module):
+    def __init__(
+        self,
+        name_or_path: str,
+        heads: dict[str, dict[str, Any]],
+        mode: str = "head",
+        lora: dict[str, Any] | None = None,
+        target_modules: str = "qv",
+        vision_lora: bool = False,
+        freeze_vision: bool = True,
+        gradient_checkpointing: bool = False,
+        dtype: str = "auto",
+        attn_implementation: str = "auto",
+    ) -> None:
+        super().__init__()
+        if mode not in ("head", "verbalizer"):
+            raise ValueError(f"vlm mode must be 'head' or 'verbalizer', got {mode!r}")
+        if mode == "verbalizer" and any(spec["kind"] != "binary" for spec in heads.values()):
+            raise ValueError("the verbalizer scores a hate/non-hate choice: every head must be binary")
+        self.mode, self.head_names = mode, list(heads)
+        model = AutoModelForImageTextToText.from_pretrained(
+            name_or_path, dtype=resolve_dtype(dtype), attn_implementation=resolve_attn_implementation(attn_implementation)
+        )
+        model.requires_grad_(False)
+        if not freeze_vision:
+            _vision(model).requires_grad_(True)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
+        if lora:
+            from peft import LoraConfig, get_peft_model
+
+            pattern = TARGET_PRESETS.get(target_modules, target_modules)
+            if vision_lora:
+                pattern = f"(?:{pattern})|(?:{VISION_TARGETS})"
+            config = LoraConfig(target_modules=pattern, bias="none", **lora)
+            model = get_peft_model(model, config)
+        self.model = model
+        self.output_dim = model.config.get_text_config().hidden_size if mode == "head" else None
+
+    def _base(self) -> nn.Module:
+        """The ForConditionalGeneration model (inside the PEFT wrapper when there is one)."""
+        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+
+    def last_hidden(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids") if k in batch}
+        hidden = self._base().model(**inputs).last_hidden_state  # no LM head over every position
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        return hidden[rows, last_token_index(batch["attention_mask"])]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+        hidden = self.last_hidden(batch)
+        if self.mode == "head":
+            return hidden.float()
+        logits = self._base().lm_head(hidden).float()
+        options = logits.gather(1, batch["option_ids"])  # (batch, [hate, other])
+        log_odds = options[:, 0] - options[:, 1]
+        return {head: log_odds for head in self.head_names}
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """PEFT adapter files; refuses to leave an adapter without weights behind."""
+        if not hasattr(self.model, "save_pretrained") or not hasattr(self.model, "peft_config"):
+            raise ValueError("this VLM has no LoRA adapter to save (model.lora is null)")
+        directory = Path(directory)
+        self.model.save_pretrained(directory)
+        from safetensors import safe_open
+
+        weights = directory / "adapter_model.safetensors"
+        with safe_open(str(weights), "pt") as handle:
+            if not list(handle.keys()):
+                raise RuntimeError(f"{weights} holds no tensors: the adapter was not gathered before saving")
+        return directory
+
+    def load_adapter(self, directory: str | Path) -> None:
+        """Put a saved adapter onto this (adapter-free) base model."""
+        from peft import PeftModel
+
+        if hasattr(self.model, "peft_config"):
+            raise ValueError("this VLM already has an adapter; build it with model.fusion.lora=null to load one")
+        self.model = PeftModel.from_pretrained(self.model, str(directory))
+
+
+def _vision(model: nn.Module) -> nn.Module:
+    inner = getattr(model, "model", model)
+    return getattr(inner, "visual", None) or model.visual

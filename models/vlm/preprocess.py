@@ -1,0 +1,87 @@
+"""Preprocessor of the VLM family: chat prompt per meme (in workers), one processor call per batch.
+
+Images are resized to the study's square size (512×512 by default) and bounded by min/max pixels in
+the processor; a meme without an image gets a placeholder when the prompt shows images, so every
+rank runs the vision tower on every step. Batches are left-padded (generation needs it; the head and
+verbalizer read the last real token either way) and carry each item's answer-option token ids.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import torch
+from PIL import Image
+from transformers import AutoProcessor
+
+from models.preprocess import label_tensors
+from models.vlm.prompts import PromptSpec
+
+
+class VLMPreprocessor:
+    def __init__(
+        self,
+        heads: dict[str, dict[str, Any]],
+        processor: str,
+        prompt: dict[str, Any],
+        image_size: int | None = 512,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+    ) -> None:
+        self.heads = {name: dict(spec) for name, spec in heads.items()}
+        self.processor = AutoProcessor.from_pretrained(processor)
+        self.processor.tokenizer.padding_side = "left"
+        image_processor = self.processor.image_processor
+        if min_pixels is not None or max_pixels is not None:
+            size = dict(getattr(image_processor, "size", None) or {})
+            if min_pixels is not None:
+                image_processor.min_pixels, size["shortest_edge"] = min_pixels, min_pixels
+            if max_pixels is not None:
+                image_processor.max_pixels, size["longest_edge"] = max_pixels, max_pixels
+            image_processor.size = size
+        self.prompt = PromptSpec(**prompt)
+        self.image_size = image_size
+        self._option_ids: dict[str, tuple[int, int]] = {}
+
+    def option_ids(self, lang: str) -> tuple[int, int]:
+        """Token ids of (hate option, non-hate option) for this language's letters; each must be one token."""
+        if lang not in self._option_ids:
+            spec = self.prompt.for_language(lang)
+            other = spec.letters[1] if spec.hate_letter == spec.letters[0] else spec.letters[0]
+            ids = []
+            for letter in (spec.hate_letter, other):
+                tokens = self.processor.tokenizer.encode(letter, add_special_tokens=False)
+                if len(tokens) != 1:
+                    raise ValueError(
+                        f"answer option {letter!r} ({lang}) is {len(tokens)} tokens for this tokenizer; the verbalizer needs one"
+                    )
+                ids.append(tokens[0])
+            self._option_ids[lang] = (ids[0], ids[1])
+        return self._option_ids[lang]
+
+    def _image(self, sample: dict[str, Any]) -> Image.Image:
+        size = (self.image_size or 512,) * 2
+        if sample.get("image") is None:
+            return Image.new("RGB", size, (127, 127, 127))
+        try:
+            with Image.open(io.BytesIO(sample["image"])) as image:
+                image = image.convert("RGB")
+        except Exception as error:  # noqa: BLE001 - re-raised with the sample named
+            raise ValueError(f"sample {sample.get('id')}: image cannot be decoded ({error})") from error
+        return image.resize(size, Image.BICUBIC) if self.image_size else image
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        lang = sample.get("lang") or "en"
+        messages = self.prompt.message(sample["text"], lang)
+        chat = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        image = self._image(sample) if self.prompt.input != "caption" else None
+        return {"id": sample["id"], "labels": sample["labels"], "chat": chat, "image": image, "options": self.option_ids(lang)}
+
+    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        images = [f["image"] for f in features] if features[0]["image"] is not None else None
+        inputs = self.processor(text=[f["chat"] for f in features], images=images, padding=True, return_tensors="pt")
+        batch: dict[str, Any] = {"ids": [f["id"] for f in features], **inputs}
+        batch["option_ids"] = torch.tensor([f["options"] for f in features], dtype=torch.long)
+        batch["labels"] = label_tensors(features, self.heads)
+        return batch

@@ -1,0 +1,180 @@
+"""The VLM family against tiny random Qwen2-VL and Qwen2.5-VL folders loaded with `from_pretrained`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from datamodules.synthetic import SyntheticMemeSource
+from models.module import MemeClassifier
+from models.vlm.classifier import last_token_index, resolve_attn_implementation
+from tests.conftest import ROOT
+from training.resolvers import tiny_qwen_vl
+
+VERSIONS = ("qwen2_vl", "qwen2_5_vl")
+
+
+@pytest.fixture(scope="module")
+def tiny_vlms(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("vlm")
+    return {version: tiny_qwen_vl(str(root / version), version) for version in VERSIONS}
+
+
+def build(tmp_path: Path, *overrides: str) -> MemeClassifier:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                f"paths.data_dir={tmp_path}",
+                f"paths.output_dir={tmp_path}",
+                "model=vlm",
+                "model.preprocessor.image_size=56",
+                *overrides,
+            ],
+        )
+    model = instantiate(OmegaConf.to_container(cfg.model, resolve=True), _recursive_=False)
+    model.configure_model()
+    return model
+
+
+def batch_of(model: MemeClassifier, size: int = 6) -> dict:
+    samples = [
+        {"id": s.id, "text": s.text, "image": s.image, "labels": s.labels, "lang": s.lang}
+        for s, _ in zip(SyntheticMemeSource(num_groups=4, image_size=64, seed=5), range(size))
+    ]
+    return model.preprocessor.collate([model.preprocessor(s) for s in samples])
+
+
+def loss_of(model: MemeClassifier, batch: dict) -> torch.Tensor:
+    return model._loss(model(batch), batch["labels"])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_only_lora_and_heads_train_and_loss_falls(version, tiny_vlms, tmp_path):
+    model = build(tmp_path, f"model.name_or_path={tiny_vlms[version]}")
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in name or name.startswith("heads.") for name in trainable), sorted(trainable)[:5]
+    lora = [n for n in trainable if "lora_" in n]
+    layers = model.backbone.model.config.get_text_config().num_hidden_layers
+    assert len(lora) == layers * 2 * 2  # q and v of every language-model layer, A and B each
+    assert not any("visual" in n for n in lora)
+    heads = sum(p.numel() for p in model.heads.parameters())
+    counted = sum(p.numel() for n, p in model.named_parameters() if p.requires_grad)
+    assert counted == heads + sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+
+    batch = batch_of(model)
+    optimizer = torch.optim.AdamW(model.parameter_groups(), lr=5e-3)
+    first = loss_of(model, batch).item()
+    for _ in range(10):
+        optimizer.zero_grad()
+        loss_of(model, batch).backward()
+        optimizer.step()
+    assert loss_of(model, batch).item() < first
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_adapter_and_heads_reload_onto_a_fresh_base(version, tiny_vlms, tmp_path):
+    model = build(tmp_path, f"model.name_or_path={tiny_vlms[version]}")
+    batch = batch_of(model)
+    optimizer = torch.optim.AdamW(model.parameter_groups(), lr=5e-3)
+    for _ in range(3):  # move LoRA B away from zero, so the adapter changes the logits
+        optimizer.zero_grad()
+        loss_of(model, batch).backward()
+        optimizer.step()
+    exported = model.export_adapter(tmp_path / "adapter")
+    assert {p.name for p in exported.iterdir()} >= {"adapter_config.json", "adapter_model.safetensors", "heads.safetensors", "heads.json"}
+
+    fresh = build(tmp_path, f"model.name_or_path={tiny_vlms[version]}", "model.fusion.lora=null")
+    model.eval(), fresh.eval()
+    with torch.no_grad():
+        assert not torch.equal(fresh(batch)["US"], model(batch)["US"])
+        fresh.load_adapter(exported)
+        for head, logits in model(batch).items():
+            torch.testing.assert_close(fresh(batch)[head], logits, rtol=0, atol=0)
+
+
+def test_vision_lora_and_all_linear_presets(tiny_vlms, tmp_path):
+    model = build(
+        tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.fusion.target_modules=all_linear", "model.fusion.vision_lora=true"
+    )
+    lora = {n for n, p in model.named_parameters() if p.requires_grad and "lora_A" in n}
+    assert any("visual" in n for n in lora)
+    assert {n.split(".lora_A")[0].rsplit(".", 1)[1] for n in lora if "visual" not in n} == {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
+
+
+def test_verbalizer_scores_the_answer_options(tiny_vlms, tmp_path):
+    model = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.fusion.mode=verbalizer", "model.fusion.lora=null")
+    assert model.heads is None and not any(p.requires_grad for p in model.parameters())
+    tokenizer = model.preprocessor.processor.tokenizer
+    a, b = (tokenizer.encode(x, add_special_tokens=False)[0] for x in "ab")
+    batch = batch_of(model)
+    assert batch["option_ids"].tolist() == [[a, b]] * 6  # prompt 0: a = Hate
+    model.eval()
+    with torch.no_grad():
+        scores = model(batch)
+        logits = model.backbone._base().lm_head(model.backbone.last_hidden(batch))
+    torch.testing.assert_close(scores["US"], logits[:, a] - logits[:, b])
+    assert all(torch.equal(scores["US"], scores[h]) for h in scores)
+
+    odd = build(
+        tmp_path,
+        f"model.name_or_path={tiny_vlms['qwen2_vl']}",
+        "model.fusion.mode=verbalizer",
+        "model.fusion.lora=null",
+        "model.prompt.index=1",
+    )
+    assert batch_of(odd)["option_ids"].tolist() == [[b, a]] * 6  # prompt 1: b = Hate
+
+
+def test_prompt_variants_render_through_the_chat_template(tiny_vlms, tmp_path):
+    model = build(
+        tmp_path,
+        f"model.name_or_path={tiny_vlms['qwen2_vl']}",
+        "model.prompt.input=image_caption",
+        "model.prompt.index=3",
+        "model.prompt.country=language",
+    )
+    sample = {"id": "x", "text": "typical clowns", "image": None, "labels": {}, "lang": "de"}
+    chat = model.preprocessor(sample)["chat"]
+    assert "<|vision_start|><|image_pad|><|vision_end|>" in chat and chat.endswith("<|im_start|>assistant\n")
+    assert "As a person raised up in Germany, given a meme" in chat
+    assert "Caption inside the meme image: 'typical clowns'" in chat and "a: Non-hate\nb: Hate" in chat
+
+    caption_only = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.prompt.input=caption")
+    features = caption_only.preprocessor(sample)
+    assert "<|image_pad|>" not in features["chat"] and features["image"] is None
+    assert "pixel_values" not in caption_only.preprocessor.collate([features])
+
+
+def test_last_real_token_for_left_and_right_padding():
+    right = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    left = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert last_token_index(right).tolist() == [2, 4]
+    assert last_token_index(left).tolist() == [4, 4]
+
+
+def test_attention_implementation_choice():
+    assert resolve_attn_implementation("auto") in ("sdpa", "flash_attention_2")
+    if not torch.cuda.is_available():
+        assert resolve_attn_implementation("auto") == "sdpa"
+    assert resolve_attn_implementation("eager") == "eager"
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is None:
+        with pytest.raises(ValueError, match="flash-attn package does not import"):
+            resolve_attn_implementation("flash_attention_2")

@@ -1,0 +1,147 @@
+"""Zero-shot evaluation of a VLM with the study's prompts: `python -m training.zeroshot experiment=qwen_zeroshot …`.
+
+For every prompt (3 questions × 2 option orders by default) every meme is answered by batched greedy
+generation (max 40 new tokens); the answer is parsed (letters, the label words, native letters; anything
+else is invalid and counts as wrong) and the first generated step's logits of the two option letters give
+P(hate), so AUROC is defined too. Results land in `<run dir>/zeroshot/`: `answers.csv` (one row per meme
+and prompt), `summary.json` and `summary.md` (accuracy per meme language × culture, mean ± sample std over
+the prompts, Wilcoxon rank-sum markers, invalid counts; AUROC per prompt and culture).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from sklearn.metrics import roc_auc_score
+from torch.utils.data import DataLoader
+
+import training.resolvers  # noqa: F401
+from evaluation.answers import OptionSet
+from evaluation.zeroshot_stats import accuracy_table, markdown, summarise
+
+
+def _records(datamodule: Any, splits: list[str]) -> list[dict[str, Any]]:
+    """Every meme (with its image bytes) of the chosen splits, in shard order."""
+    import webdataset as wds
+
+    from datamodules.sample import decode_shard_entry
+
+    urls = [str(datamodule.dataset_dir / s["name"]) for s in datamodule.manifest["shards"] if s["split"] in splits]
+    pipeline = wds.DataPipeline(
+        wds.SimpleShardList(urls), wds.tarfile_to_samples(handler=wds.reraise_exception), wds.map(decode_shard_entry)
+    )
+    return list(pipeline)
+
+
+def answer_all(
+    model: Any, records: list[dict[str, Any]], prompt_index: int, batch_size: int, max_new_tokens: int, device: torch.device
+) -> list[dict[str, Any]]:
+    """Answers of one prompt for every meme: generation, parsed prediction, P(hate) from the first step."""
+    preprocessor = model.preprocessor
+    preprocessor.prompt = replace(preprocessor.prompt, index=prompt_index)
+    preprocessor._option_ids.clear()
+    base = model.backbone._base()
+    tokenizer = preprocessor.processor.tokenizer
+    loader = DataLoader(records, batch_size=batch_size, collate_fn=lambda items: preprocessor.collate([preprocessor(r) for r in items]))
+    rows = []
+    for batch in loader:
+        inputs = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor) and k not in ("option_ids",)}
+        with torch.no_grad():
+            out = base.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                output_scores=True,
+                return_dict_in_generate=True,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        first = out.scores[0].float().log_softmax(-1).cpu()
+        options = first.gather(1, batch["option_ids"])
+        p_hate = torch.softmax(options, dim=1)[:, 0]
+        texts = tokenizer.batch_decode(out.sequences[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        for i, sample_id in enumerate(batch["ids"]):
+            rows.append({"id": sample_id, "prompt": prompt_index, "generation": texts[i], "p_hate": float(p_hate[i])})
+    by_id = {r["id"]: r for r in records}
+    for row in rows:
+        record = by_id[row["id"]]
+        spec = preprocessor.prompt.for_language(record["lang"])
+        options_set = OptionSet.for_prompt(prompt_index, tuple(spec.letters))
+        row.update(lang=record["lang"], prediction=options_set.parse(row["generation"]), labels=record["labels"])
+    return rows
+
+
+def auroc_table(rows: list[dict[str, Any]], cultures: list[str]) -> dict[str, dict[str, float]]:
+    """AUROC of P(hate) against each culture's labels, per prompt (all meme languages pooled)."""
+    table: dict[str, dict[str, float]] = {}
+    for prompt in sorted({r["prompt"] for r in rows}):
+        table[str(prompt)] = {}
+        for culture in cultures:
+            pairs = [
+                (r["labels"].get(culture), r["p_hate"]) for r in rows if r["prompt"] == prompt and r["labels"].get(culture) is not None
+            ]
+            labels = [y for y, _ in pairs]
+            table[str(prompt)][culture] = float(roc_auc_score(labels, [p for _, p in pairs])) if len(set(labels)) == 2 else math.nan
+    return table
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+def main(cfg: DictConfig) -> float:
+    OmegaConf.resolve(cfg)
+    out = Path(HydraConfig.get().runtime.output_dir) / "zeroshot"
+    out.mkdir(parents=True, exist_ok=True)
+    settings = cfg.zeroshot
+    datamodule = instantiate(cfg.data)
+    model = instantiate(cfg.model, _recursive_=False)
+    model.configure_model()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).eval()
+    datamodule.prepare_data()
+    datamodule.manifest = json.loads((datamodule.dataset_dir / "manifest.json").read_text())
+    records = _records(datamodule, list(settings.splits))
+    if not records:
+        raise ValueError(f"no memes in splits {list(settings.splits)} of {datamodule.dataset_dir}")
+    rows = []
+    for index in settings.prompts:
+        rows += answer_all(model, records, index, settings.batch_size, settings.max_new_tokens, device)
+        print(f"[zeroshot] prompt {index}: {len(records)} memes answered", flush=True)
+    with open(out / "answers.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(("id", "lang", "prompt", "prediction", "p_hate", "generation"))
+        writer.writerows(
+            (r["id"], r["lang"], r["prompt"], "" if r["prediction"] is None else r["prediction"], f"{r['p_hate']:.6f}", r["generation"])
+            for r in rows
+        )
+    summary = summarise(accuracy_table(rows))
+    cultures = list(cfg.data.heads)
+    result = {
+        "model": cfg.model.name_or_path,
+        "prompts": list(settings.prompts),
+        "memes": len(records),
+        "answers": summary.answers,
+        "invalid": summary.invalid,
+        "accuracy": {
+            lang: {c: {"mean": cell.mean, "std": cell.std, "per_prompt": list(map(float, cell.accuracies))} for c, cell in s.cells.items()}
+            | {"best": s.best, "marker": s.marker}
+            for lang, s in summary.languages.items()
+        },
+        "auroc": auroc_table(rows, cultures),
+    }
+    (out / "summary.json").write_text(json.dumps(result, indent=1, default=float))
+    (out / "summary.md").write_text(markdown(summary) + "\n")
+    print(markdown(summary))
+    print(f"[zeroshot] {summary.invalid} of {summary.answers} answers invalid (counted wrong); files in {out}")
+    return summary.invalid / max(summary.answers, 1)
+
+
+if __name__ == "__main__":
+    main()
