@@ -178,3 +178,28 @@ def test_attention_implementation_choice():
     if importlib.util.find_spec("flash_attn") is None:
         with pytest.raises(ValueError, match="flash-attn package does not import"):
             resolve_attn_implementation("flash_attention_2")
+
+
+def test_gradient_checkpointing_and_pixel_bounds(tiny_vlms, tmp_path):
+    model = build(
+        tmp_path,
+        f"model.name_or_path={tiny_vlms['qwen2_vl']}",
+        "model.fusion.gradient_checkpointing=true",
+        "model.preprocessor.image_size=112",
+        "model.preprocessor.max_pixels=3136",
+        "model.preprocessor.min_pixels=3136",
+    )
+    assert model.backbone._base().is_gradient_checkpointing
+    batch = batch_of(model, size=2)
+    assert batch["image_grid_thw"].tolist() == [[1, 4, 4]] * 2  # 112×112 bounded to 56×56 px: 4×4 patches of 14
+    loss_of(model, batch).backward()
+    assert all(p.grad is not None for n, p in model.named_parameters() if p.requires_grad and "lora_B" in n)
+
+    larger = build(
+        tmp_path,
+        f"model.name_or_path={tiny_vlms['qwen2_vl']}",
+        "model.preprocessor.image_size=112",
+        "model.preprocessor.max_pixels=12544",
+        "model.preprocessor.min_pixels=12544",
+    )
+    assert batch_of(larger, size=1)["image_grid_thw"].tolist() == [[1, 8, 8]]
