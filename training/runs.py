@@ -11,7 +11,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password)", re.IGNORECASE)
+# Whole words of a key name: hub_token, api_key, WANDB_API_KEY, password; not tokenizer or max_new_tokens.
+SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|apikey|token|secret|password|passwd)($|[_-])", re.IGNORECASE)
 
 
 def redact(container: Any) -> Any:

@@ -55,3 +55,9 @@ def test_secret_looking_keys_are_redacted():
     redacted = redact(plain)
     assert "abc123" not in str(redacted) and "hf_x" not in str(redacted) and "'p'" not in str(redacted)
     assert redacted["logger"]["wandb"]["project"] == "crossmod"
+
+
+def test_redaction_keeps_tokenizers_and_token_counts():
+    kept = redact({"tokenizer": "/models/bert", "max_new_tokens": 40, "hub_token": "hf_x", "WANDB_API_KEY": "k", "secret": "s"})
+    assert kept["tokenizer"] == "/models/bert" and kept["max_new_tokens"] == 40
+    assert kept["hub_token"] == kept["WANDB_API_KEY"] == kept["secret"] == "***"

@@ -1,0 +1,25 @@
+"""Export a run's cultures as shippable folders: `python export.py run=<run dir> [culture=DE] [merge=true]`."""
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+import training.resolvers  # noqa: F401
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="export")
+def main(cfg: DictConfig) -> None:
+    from training.artifacts import export_culture, run_model
+
+    run_dir = Path(cfg.run)
+    model, info = run_model(run_dir, cfg.checkpoint)
+    cultures = [cfg.culture] if cfg.culture else list(model.heads_spec)
+    out = Path(cfg.out) if cfg.out else run_dir / "export"
+    for culture in cultures:
+        folder = export_culture(model, info, run_dir, culture, out / culture, merge=cfg.merge)
+        print(f"[export] {culture}: {folder}")
+
+
+if __name__ == "__main__":
+    main()

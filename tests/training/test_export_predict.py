@@ -1,0 +1,108 @@
+"""Ship what was trained: export per culture → load (PEFT on a fresh base) → predict equals the run's test scores."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, SMALL_DATA
+from tests.datamodules.sources import layouts
+from training.artifacts import load_culture
+from training.resolvers import tiny_qwen_vl
+
+
+def _cli(script: str, *args: str) -> None:
+    result = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def _scores(path: Path, head: str, column: str = "probability") -> dict[str, float]:
+    rows = csv.DictReader(open(path))
+    return {r["id"]: float(r[column]) for r in rows if r.get("head", head) == head}
+
+
+def _shard_dir(run_dir: Path) -> Path:
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    config = (run_dir / "config.yaml").read_text()
+    shard_root = Path(next(line.split(": ", 1)[1] for line in config.splitlines() if line.strip().startswith("shard_root:")))
+    return shard_root / f"{manifest['dataset']}-{manifest['fingerprint']}"
+
+
+def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_run, data_dir, tmp_path):
+    raw = layouts.multi3hate(tmp_path / "m3h")
+    tiny = tiny_qwen_vl(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
+    train_run(
+        "experiment=qwen_lora_cv",
+        f"data.raw_dir={raw}",
+        f"model.name_or_path={tiny}",
+        "model.preprocessor.image_size=56",
+        "data.batch_size=4",
+        "data.num_workers=0",
+        "trainer.max_epochs=1",
+        env={"CROSSMOD_RUN_ID": "lora"},
+    )
+    run = train_run.log_dir / "qwen_lora_cv" / "runs" / "lora"
+    _cli("export.py", f"run={run}", "culture=DE", f"out={tmp_path / 'export'}", "merge=true")
+    folder = tmp_path / "export" / "DE"
+    card = json.loads((folder / "culture_card.json").read_text())
+    assert card["culture"] == "DE" and card["format"] == "peft-lora" and card["base_model"] == tiny
+    assert card["label_map"] == {"0": "non-hate", "1": "hate"} and card["metrics_per_fold"]["0"]["auroc"] == card["metrics"]["val"]["auroc"]
+    assert (folder / "README.md").is_file() and (folder / "merged" / "model.safetensors").is_file()
+
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText
+
+    peft_model = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(tiny), str(folder))
+    trained = torch.load(json.loads((run / "metrics.json").read_text())["best_checkpoint"], map_location="cpu", weights_only=False)[
+        "state_dict"
+    ]
+    lora_b = {k: v for k, v in trained.items() if "lora_B" in k}
+    loaded = {k: v for k, v in peft_model.state_dict().items() if "lora_B" in k}
+    assert len(loaded) == len(lora_b) > 0 and any(v.abs().sum() > 0 for v in loaded.values())
+    for key, value in lora_b.items():
+        torch.testing.assert_close(loaded[next(k for k in loaded if key.endswith(k.split("base_model.model.", 1)[1]))], value)
+
+    _cli("predict.py", f"adapters={folder}", f"inputs={_shard_dir(run)}", f"out={tmp_path / 'de.csv'}", "culture=DE")
+    predicted = _scores(tmp_path / "de.csv", "DE", "DE_probability")
+    tested = _scores(run / "predictions" / "test.csv", "DE")
+    assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
+
+
+def test_classifier_family_export_predicts_the_runs_scores(train_run, tmp_path):
+    train_run(*SMALL_DATA, "debug=limit", env={"CROSSMOD_RUN_ID": "concat"})
+    run = train_run.log_dir / "synthetic_concat" / "runs" / "concat"
+    _cli("export.py", f"run={run}", f"out={tmp_path / 'export'}")
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["CN", "DE", "IN", "MX", "US"]
+    folder = tmp_path / "export" / "MX"
+    assert json.loads((folder / "culture_card.json").read_text())["format"] == "classifier"
+    _cli("predict.py", f"adapters={folder}", f"inputs={_shard_dir(run)}", f"out={tmp_path / 'mx.jsonl'}", "threshold=0.3")
+    rows = [json.loads(line) for line in open(tmp_path / "mx.jsonl")]
+    predicted = {r["id"]: r["MX_probability"] for r in rows}
+    assert all(r["MX_decision"] == int(r["MX_probability"] >= 0.3) for r in rows)
+    tested = _scores(run / "predictions" / "test.csv", "MX")
+    assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
+
+
+def test_pickle_weights_are_refused(tmp_path):
+    (tmp_path / "culture_card.json").write_text("{}")
+    (tmp_path / "adapter_model.bin").write_bytes(b"\x80\x04pickle")
+    with pytest.raises(ValueError, match="pickle files \\['adapter_model.bin'\\]: crossmod loads safetensors only"):
+        load_culture(tmp_path)
+
+
+def test_predict_reads_a_jsonl_of_memes_and_names_bad_lines(tmp_path):
+    from training.predicting import read_inputs
+
+    (tmp_path / "m.png").write_bytes(layouts.image_bytes(3, "PNG"))
+    (tmp_path / "memes.jsonl").write_text('{"id": 1, "text": "hi", "image": "m.png"}\n\n{"id": 2, "text": "no image"}\n')
+    records = read_inputs(tmp_path / "memes.jsonl")
+    assert [r["id"] for r in records] == ["1", "2"] and records[0]["image"].startswith(b"\x89PNG") and records[1]["image"] is None
+    (tmp_path / "bad.jsonl").write_text('{"id": 1}\n{"text": "no id"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: cannot read this meme"):
+        read_inputs(tmp_path / "bad.jsonl")

@@ -1,0 +1,190 @@
+"""What a trained run ships: per-culture folders (adapter or classifier weights, head, card) and their loading.
+
+A culture folder holds safetensors only: `adapter_config.json` + `adapter_model.safetensors` for LoRA
+(loadable with `PeftModel.from_pretrained(base, folder)`), else `model.safetensors` (the classifier's
+backbone); `head.safetensors` (this culture's rows of the heads layer); `model_config.json` (the
+family config to rebuild it); `culture_card.json` and a README. Loading refuses pickle files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file, save_file
+
+from models.heads import head_width
+from models.module import MemeClassifier
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+LABEL_MAP = {"0": "non-hate", "1": "hate"}
+
+
+def refuse_pickles(folder: Path) -> None:
+    """Exported weights are safetensors; a pickle offered as weights could run code on load."""
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise ValueError(
+            f"{folder} holds pickle files {pickles}: crossmod loads safetensors only "
+            "(convert them with safetensors, or re-export the run with export.py)"
+        )
+
+
+def run_model(run_dir: Path, checkpoint: str = "best") -> tuple[MemeClassifier, dict[str, Any]]:
+    """The run's best (or last) Lightning checkpoint as a model, and the run's resolved config."""
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    path = Path(metrics["best_checkpoint"]) if checkpoint == "best" else run_dir / "checkpoints" / "last.ckpt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (checkpoint={checkpoint} of run {run_dir})")
+    model = MemeClassifier.load_from_checkpoint(path, map_location="cpu")
+    return model.eval(), {"config": config, "metrics": metrics, "checkpoint": str(path)}
+
+
+def _head_slice(model: MemeClassifier, culture: str) -> dict[str, torch.Tensor]:
+    start = 0
+    for name, spec in model.heads_spec.items():
+        width = head_width(spec)
+        if name == culture:
+            linear = model.heads.linear
+            return {
+                "weight": linear.weight[start : start + width].detach().cpu().contiguous(),
+                "bias": linear.bias[start : start + width].detach().cpu().contiguous(),
+            }
+        start += width
+    raise KeyError(culture)
+
+
+def fold_metrics(run_dir: Path, experiment: str, culture: str) -> dict[str, Any]:
+    """Best val metrics of this culture in every fold of the run's cross-validation (sibling runs)."""
+    folds = {}
+    for path in sorted(run_dir.parent.glob("*/fold_result.json")):
+        result = json.loads(path.read_text())
+        if result.get("experiment") == experiment and culture in result.get("best", {}):
+            folds[str(result["fold"])] = result["best"][culture]
+    return folds
+
+
+def export_culture(model: MemeClassifier, info: dict[str, Any], run_dir: Path, culture: str, out: Path, merge: bool = False) -> Path:
+    if culture not in model.heads_spec:
+        raise KeyError(f"culture {culture!r} is not a head of this run (heads: {list(model.heads_spec)})")
+    out.mkdir(parents=True, exist_ok=True)
+    # The model's own hyperparameters (the saved config.yaml has secret-looking values redacted).
+    model_cfg = {
+        "_target_": "models.module.MemeClassifier",
+        "_recursive_": False,
+        **json.loads(json.dumps(dict(model.hparams), default=str)),
+    }
+    backbone = model.backbone
+    lora = hasattr(backbone, "save_adapter") and bool(model_cfg.get("fusion", {}).get("lora"))
+    if lora:
+        backbone.save_adapter(out)
+        if merge:
+            merged = _merged_copy(backbone)
+            merged.save_pretrained(out / "merged", safe_serialization=True)
+            model.preprocessor.processor.save_pretrained(out / "merged")
+    else:
+        state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k.startswith("backbone.")}
+        save_file(state, str(out / "model.safetensors"))
+    if model.heads is not None:
+        save_file(_head_slice(model, culture), str(out / "head.safetensors"))
+    (out / "model_config.json").write_text(json.dumps(model_cfg, indent=1, ensure_ascii=False))
+    metrics = info["metrics"]
+    card = {
+        "culture": culture,
+        "heads": {culture: model.heads_spec[culture]},
+        "label_map": LABEL_MAP if model.heads_spec[culture]["kind"] == "binary" else model.heads_spec[culture].get("classes"),
+        "family": model_cfg["fusion"]["_target_"],
+        "format": "peft-lora" if lora else "classifier",
+        "base_model": model_cfg.get("name_or_path")
+        or model_cfg.get("fusion", {}).get("name_or_path")
+        or (model_cfg.get("text") or {}).get("name_or_path"),
+        "base_revision": _revision(model),
+        "prompt": model_cfg.get("prompt"),
+        "experiment": metrics.get("experiment"),
+        "run": str(run_dir),
+        "checkpoint": info["checkpoint"],
+        "metrics": {stage: metrics["best"].get(stage, {}).get(culture) for stage in ("val", "test")},
+        "metrics_per_fold": fold_metrics(run_dir, metrics.get("experiment"), culture),
+        "training_config": info["config"],
+    }
+    (out / "culture_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
+    (out / "README.md").write_text(_readme(card))
+    return out
+
+
+def _merged_copy(backbone: Any) -> Any:
+    """The base with the adapter folded in, for deployment without PEFT (the trained model stays intact)."""
+    import copy
+
+    return copy.deepcopy(backbone.model).merge_and_unload()
+
+
+def _revision(model: MemeClassifier) -> str | None:
+    config = getattr(getattr(model.backbone, "model", None), "config", None)
+    return getattr(config, "_commit_hash", None)
+
+
+def _readme(card: dict[str, Any]) -> str:
+    lines = [
+        f"# {card['experiment']}: {card['culture']}",
+        "",
+        f"- family: `{card['family']}` ({card['format']}); base model: `{card['base_model']}` (revision {card['base_revision']})",
+        f"- labels: {card['label_map']}",
+        f"- best checkpoint: `{card['checkpoint']}`",
+        "",
+        "| stage | " + " | ".join(sorted(card["metrics"].get("val") or {})) + " |",
+    ]
+    metric_names = sorted(card["metrics"].get("val") or {})
+    lines.append("|---|" + "---|" * len(metric_names))
+    for stage, values in card["metrics"].items():
+        if values:
+            lines.append(f"| {stage} | " + " | ".join(f"{values.get(m, float('nan')):.4f}" for m in metric_names) + " |")
+    if card["metrics_per_fold"]:
+        lines += [
+            "",
+            "Per fold (val): "
+            + ", ".join(f"fold {k}: AUROC {v.get('auroc', float('nan')):.4f}" for k, v in card["metrics_per_fold"].items()),
+        ]
+    if card["format"] == "peft-lora":
+        lines += [
+            "",
+            "```python",
+            "from peft import PeftModel",
+            "from transformers import AutoModelForImageTextToText",
+            f"base = AutoModelForImageTextToText.from_pretrained({card['base_model']!r})",
+            "model = PeftModel.from_pretrained(base, '<this folder>')",
+            "```",
+            "or with crossmod: `python predict.py adapters=<this folder> inputs=<memes>`",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def load_culture(folder: str | Path) -> tuple[MemeClassifier, dict[str, Any]]:
+    """Rebuild an exported culture's classifier (fresh base + adapter, or the saved classifier weights)."""
+    folder = Path(folder)
+    refuse_pickles(folder)
+    card = json.loads((folder / "culture_card.json").read_text())
+    model_cfg = json.loads((folder / "model_config.json").read_text())
+    model_cfg["heads"] = card["heads"]
+    lora = card["format"] == "peft-lora"
+    if lora:
+        model_cfg["fusion"] = {**model_cfg["fusion"], "lora": None, "heads": card["heads"]}
+    elif "heads" in model_cfg.get("fusion", {}):
+        model_cfg["fusion"] = {**model_cfg["fusion"], "heads": card["heads"]}
+    from hydra.utils import instantiate
+
+    model: MemeClassifier = instantiate(model_cfg, _recursive_=False)
+    model.configure_model()
+    if lora:
+        model.backbone.load_adapter(folder)
+    else:
+        missing, unexpected = model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+        if unexpected or any(k.startswith("backbone.") for k in missing):
+            raise ValueError(f"{folder}/model.safetensors does not fit this family: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if model.heads is not None:
+        model.heads.linear.load_state_dict(load_file(str(folder / "head.safetensors")))
+    return model.eval(), card
