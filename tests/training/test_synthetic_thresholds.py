@@ -6,9 +6,14 @@ each culture's head scores measurably lower against a disagreeing culture's labe
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from evaluation.alignment import alignment_matrix, read_predictions
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +33,20 @@ def test_default_fusion_reaches_the_threshold_and_each_head_matches_its_own_cult
     for head, row in matrix.items():
         assert max(row, key=row.get) == head, (head, row)
     assert matrix["US"]["US"] - matrix["US"]["CN"] >= 0.05, matrix["US"]
+    # evaluate.py on the same checkpoint shows the planted disagreement in its alignment report too.
+    out = run_dir / "report"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "evaluate.py"), f"ckpt={run_dir}", f"paths.data_dir={train_run.data_dir}", f"out={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    reported = json.loads((out / "report.json").read_text())["alignment"]["mean"]
+    for head, row in reported.items():
+        assert max(row, key=row.get) == head and row[head] == pytest.approx(matrix[head][head], abs=1e-4), (head, row)
+    assert reported["US"]["US"] - reported["US"]["CN"] >= 0.05
 
 
 @pytest.mark.parametrize("model", ["text", "image"])
