@@ -63,3 +63,18 @@ def test_toxictags_stages_subset_rule_and_performance_score():
     assert partial["ps"] is None and partial["ps_classifier_terms"] == pytest.approx(0.6316 * 0.5 + 1.7368 * 0.25)
     full = performance_score(0.5, 0.25, acc_mcq=1.0, sim_orig=0.3, sim_fmt=0.2)
     assert full["ps"] == pytest.approx(0.3 + 0.2 + 0.6316 + 0.6316 * 0.5 + 1.7368 * 0.25)
+
+
+def test_functional_tests_callback_logs_per_functionality_accuracy(train_run, tmp_path):
+    import csv
+
+    raw = layouts.mhc(tmp_path / "mhc")
+    train_run("data=mhc", f"data.raw_dir={raw}", "model=text", "fold=0", "num_folds=2", "debug=limit", env={"CROSSMOD_RUN_ID": "fn"})
+    run = train_run.log_dir / "synthetic_concat" / "runs" / "fn"
+    rows = [r for r in csv.DictReader(open(run / "csv" / "metrics.csv")) if r.get("val/mean/auroc")]
+    header = rows[0].keys()
+    functionality = [k for k in header if k.startswith("val/mhc/acc/")]
+    languages = [k for k in header if k.startswith("val/mhc/macro_f1/")]
+    assert functionality and len(languages) >= 2
+    assert sum(1 for r in rows if r[functionality[0]] != "") == 2  # both validations of fit (not the final scoring)
+    assert (run / "predictions" / "val.csv").is_file()  # the prediction files are unaffected

@@ -51,8 +51,8 @@ class PredictionWriter(L.Callback):
         self._finish(trainer, module, "test")
 
     def _finish(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
-        if not module.record_predictions:
-            return
+        if not module.record_predictions or trainer.state.fn not in (TrainerFn.VALIDATING, TrainerFn.TESTING):
+            return  # (other callbacks may record during fit for their own use)
         self.dirpath.mkdir(parents=True, exist_ok=True)
         part = self.dirpath / f"{stage}.rank{trainer.global_rank}.csv"
         with open(part, "w", newline="") as handle:
