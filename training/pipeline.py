@@ -9,11 +9,13 @@ from typing import Any
 import lightning as L
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
 from training.report import print_table
 from training.runs import copy_manifest, nest, save_config, write_metrics
+from training.slurm_checks import SlurmRequeue, check_allocation
 
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -29,13 +31,15 @@ def _single_console_log() -> None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Fit, then score the best checkpoint on val and test; return (and save) the metrics."""
     _single_console_log()
+    check_allocation(cfg.trainer)  # under srun: trainer nodes x devices must match the job's tasks
     L.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
 
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
-    callbacks = _instantiate_all(cfg.get("callbacks"))
+    # Preemption handling only inside a SLURM job: elsewhere training keeps no per-step bookkeeping.
+    callbacks = _instantiate_all(cfg.get("callbacks")) + ([SlurmRequeue()] if SLURMEnvironment.detect() else [])
     loggers = _instantiate_all(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 

@@ -1,0 +1,228 @@
+"""slurm/train.sbatch and slurm/cv_array.sbatch on a real two-node SLURM cluster (slurm/local_cluster.sh).
+
+The cluster is Debian's slurmctld + two slurmd daemons on this machine; jobs train the default experiment
+on CPU with gloo (2 nodes x 1 task). Needs root (the script installs packages and starts daemons).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SMALL_DATA
+from training.slurm_checks import AllocationMismatch, check_allocation
+
+pytestmark = pytest.mark.slurm
+
+CLUSTER = ROOT / "slurm" / "local_cluster.sh"
+STATE_DIR = Path(os.environ.get("CROSSMOD_SLURM_DIR", "/tmp/crossmod-slurm"))
+SLURM_CONF = STATE_DIR / "slurm.conf"
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+CPU_JOB = ["--gpus-per-node=0", "--cpus-per-task=1"]
+CPU_TRAINER = ["trainer=ddp_cpu", "trainer.num_nodes=2", "trainer.devices=1", "print_table=false", *SMALL_DATA]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": str(SLURM_CONF), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "1"}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """Starts the local cluster (unless one is up already) and stops it at the end of the session."""
+    if os.geteuid() != 0 and not shutil.which("slurmctld"):
+        pytest.skip("local SLURM cluster needs root (to apt-get install slurmctld/slurmd/munge and start daemons)")
+    if os.geteuid() != 0:
+        pytest.skip("local SLURM cluster needs root (daemons, /etc/hosts)")
+    if not shutil.which("slurmctld") and not shutil.which("apt-get"):
+        pytest.skip("slurmctld is not installed and there is no apt-get to install it")
+    was_running = subprocess.run([str(CLUSTER), "status"], capture_output=True).returncode == 0
+    start = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True, timeout=900)
+    assert start.returncode == 0, f"local_cluster.sh start failed:\n{start.stdout}\n{start.stderr}"
+    yield SLURM_CONF
+    if not was_running:
+        stop = subprocess.run([str(CLUSTER), "stop"], capture_output=True, text=True, timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        assert not STATE_DIR.exists()
+
+
+class Slurm:
+    def __init__(self, tmp: Path, data_dir: Path) -> None:
+        self.log_dir, self.data_dir, self.out_dir = tmp / "runs", data_dir, tmp / "out"
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def submit(self, script: str, sbatch_args: list[str], overrides: list[str]) -> str:
+        command = [
+            "sbatch", "--parsable", f"--output={self.out_dir}/%A_%a.out" if "array" in script else f"--output={self.out_dir}/%j.out", *sbatch_args, f"slurm/{script}",
+            f"paths.data_dir={self.data_dir}", f"paths.log_dir={self.log_dir}", *overrides,
+        ]  # fmt: skip
+        result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, check=True)
+        return result.stdout.strip().split(";")[0]
+
+    def job(self, job: str) -> dict[str, str]:
+        out = subprocess.run(["scontrol", "show", "job", "-o", job], env=_env(), capture_output=True, text=True).stdout
+        return dict(re.findall(r"(\w+)=(\S*)", out))
+
+    def wait(self, job: str, timeout: float = 600) -> dict[str, str]:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            info = self.job(job)
+            if info.get("JobState") in FINAL_STATES:
+                return info
+            time.sleep(2)
+        subprocess.run(["scancel", job], env=_env())
+        raise AssertionError(f"job {job} not finished after {timeout}s: {self.job(job)}\n{self.output(job)[-4000:]}")
+
+    def output(self, job: str) -> str:
+        path = self.out_dir / f"{job if '_' in job else job}.out"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def run_dir(self, job: str, name: str = "synthetic_concat") -> Path:
+        return self.log_dir / name / "runs" / f"slurm-{job}"
+
+    def assert_completed(self, job: str, info: dict[str, str]) -> None:
+        assert info.get("JobState") == "COMPLETED", f"job {job}: {info.get('JobState')}\n{self.output(job)[-6000:]}"
+
+
+@pytest.fixture
+def slurm(slurm_cluster, data_dir: Path, tmp_path: Path) -> Slurm:
+    return Slurm(tmp_path, data_dir)
+
+
+def _metrics(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _prediction_ids(path: Path) -> list[str]:
+    with path.open() as f:
+        return [row["id"] for row in csv.DictReader(f)]
+
+
+def test_check_allocation_names_both_numbers():
+    env = {"SLURM_NTASKS": "4", "SLURM_PROCID": "0", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NAME": "x"}
+    check_allocation({"num_nodes": 2, "devices": 2}, env)
+    check_allocation({"num_nodes": 1, "devices": 3}, {})  # not under SLURM: nothing to check
+    with pytest.raises(AllocationMismatch, match=r"trainer.num_nodes=2 x trainer.devices=1 = 2 processes, but SLURM started SLURM_NTASKS=4"):
+        check_allocation({"num_nodes": 2, "devices": 1}, env)
+    with pytest.raises(AllocationMismatch, match=r"trainer.num_nodes=1, but the job has 2 nodes"):
+        check_allocation({"num_nodes": 1, "devices": 4}, env)
+
+
+def test_train_sbatch_two_nodes(slurm: Slurm):
+    """Both ranks join one job over two nodes; training and exact evaluation finish in one run directory."""
+    job = slurm.submit("train.sbatch", ["--nodes=2", "--ntasks-per-node=1", *CPU_JOB], [*CPU_TRAINER, "trainer.max_epochs=2"])
+    info = slurm.wait(job)
+    slurm.assert_completed(job, info)
+    runs = list((slurm.log_dir / "synthetic_concat" / "runs").iterdir())
+    assert runs == [slurm.run_dir(job)], runs
+    run_dir = runs[0]
+    log = (run_dir / "train.log").read_text()
+    assert "MEMBER: 1/2" in log and "MEMBER: 2/2" in log, log[-3000:]
+    hosts = set(re.findall(r"node\d", info.get("NodeList", ""))) or set(re.findall(r"node\[1-2\]", info.get("NodeList", "")))
+    assert hosts, info
+    metrics = _metrics(run_dir)
+    assert metrics["epochs"] == 2 and metrics["global_step"] > 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    heads = 5
+    for stage in ("val", "test"):
+        ids = _prediction_ids(run_dir / "predictions" / f"{stage}.csv")
+        # exact evaluation: every sample scored once per head over both ranks
+        assert len(ids) == manifest["counts"]["split"][stage] * heads
+        assert len(set(ids)) == manifest["counts"]["split"][stage]
+    assert (run_dir / "checkpoints" / "last.ckpt").exists() and metrics["best_checkpoint"]
+
+
+def test_allocation_mismatch_fails_with_both_numbers(slurm: Slurm):
+    job = slurm.submit(
+        "train.sbatch", ["--nodes=2", "--ntasks-per-node=1", *CPU_JOB], [*CPU_TRAINER, "trainer.devices=2", "trainer.max_epochs=1"]
+    )
+    info = slurm.wait(job, timeout=300)
+    assert info.get("JobState") == "FAILED", info
+    out = slurm.output(job)
+    assert "trainer.num_nodes=2 x trainer.devices=2 = 4 processes, but SLURM started SLURM_NTASKS=2" in out, out[-4000:]
+
+
+PREEMPT = [*CPU_TRAINER, "trainer.max_epochs=3", "+trainer.deterministic=true", "+data.epoch_samples=1280", "data.num_workers=1", "seed=7"]
+
+
+def test_preempted_job_resumes_and_matches_uninterrupted_run(slurm: Slurm):
+    """SIGUSR1 mid-training: hpc checkpoint, requeue (same job id), resume at the saved step, same final metrics."""
+    sbatch = ["--nodes=2", "--ntasks-per-node=1", *CPU_JOB]
+    reference = slurm.submit("train.sbatch", sbatch, PREEMPT)
+    job = slurm.submit("train.sbatch", sbatch, PREEMPT)
+    run_dir = slurm.run_dir(job)
+    deadline = time.time() + 300
+    while not (run_dir / "checkpoints" / "last.ckpt").exists():  # epoch 0 done: signal during epoch 1
+        assert time.time() < deadline, f"no checkpoint after 300s\n{slurm.output(job)[-4000:]}"
+        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING", "CONFIGURING"), slurm.output(job)[-4000:]
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR1", job], env=_env(), check=True)
+
+    info = slurm.wait(job, timeout=600)
+    slurm.assert_completed(job, info)
+    assert info.get("Restarts") == "1", info
+    out = slurm.output(job)
+    hpc = run_dir / "hpc_ckpt_1.ckpt"
+    assert hpc.exists(), out[-4000:]
+    assert "restart 1:" in out
+    assert f"Restoring states from the checkpoint path at {hpc}" in (run_dir / "train.log").read_text() + out
+
+    import torch
+
+    saved = torch.load(hpc, map_location="cpu", weights_only=True)
+    epoch, step = saved["epoch"], saved["global_step"]
+    per_epoch = 1280 // (32 * 2)
+    assert 0 < step < 3 * per_epoch and step % per_epoch != 0, (epoch, step)  # mid-epoch
+    log = (run_dir / "train.log").read_text()
+    assert f"Resuming the training stream at epoch {epoch}, batch {step - epoch * per_epoch}" in log, log[-3000:]
+
+    ref_info = slurm.wait(reference, timeout=600)
+    slurm.assert_completed(reference, ref_info)
+    resumed, uninterrupted = _metrics(run_dir), _metrics(slurm.run_dir(reference))
+    assert resumed["global_step"] == uninterrupted["global_step"] == 3 * per_epoch
+    # Same batches, weights, optimizer/scheduler and RNG states; float32 reductions leave ~1e-8 differences.
+    for key in ("best", "final"):
+        assert _flat(resumed[key]) == pytest.approx(_flat(uninterrupted[key]), abs=1e-6)
+
+
+def test_cv_array_three_folds_and_report(slurm: Slurm):
+    job = slurm.submit(
+        "cv_array.sbatch",
+        ["--array=0-2", "--nodes=1", "--ntasks-per-node=1", *CPU_JOB],
+        ["trainer=cpu", "trainer.max_epochs=1", "num_folds=3", "print_table=false", *SMALL_DATA],
+    )
+    for task in range(3):
+        info = slurm.wait(f"{job}_{task}")
+        slurm.assert_completed(f"{job}_{task}", info)
+    cv_dir = slurm.log_dir / "synthetic_concat" / "cv" / f"slurm-{job}"
+    runs = sorted(p.name for p in cv_dir.iterdir() if p.is_dir())
+    assert runs == [f"slurm-{job}_{k}" for k in range(3)], runs
+    for k in range(3):
+        assert json.loads((cv_dir / f"slurm-{job}_{k}" / "fold_result.json").read_text())["fold"] == k
+    report = subprocess.run(
+        [sys.executable, "-m", "training.cv_report", str(cv_dir)],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr[-4000:]
+    summaries = list(cv_dir.rglob("cv_summary.json"))
+    assert summaries, report.stdout[-3000:]
+    text = report.stdout + "".join(p.read_text() for p in cv_dir.rglob("*.md"))
+    assert "missing" not in text.lower() or "missing folds: none" in text.lower(), text[-3000:]
