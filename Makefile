@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: env train test lint clean
+.PHONY: env train test lint clean bench
 
 env: $(STAMP)
 
@@ -19,6 +19,15 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -m "not gpu" $(ARGS)
+
+# CPU benchmarks (bench/*.py, < 10 min): results in bench/results/*.json, README table re-rendered from them.
+bench: $(STAMP)
+	@start=$$(date +%s); set -e; \
+	for script in training_overhead data_loading conversion zeroshot_generation; do \
+		echo "== bench/$$script.py"; $(PY) bench/$$script.py $(ARGS); \
+	done; \
+	$(PY) scripts/bench_table.py; \
+	echo "make bench: $$(( $$(date +%s) - start )) s wall, load average now $$(cut -d' ' -f1-3 /proc/loadavg)"
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

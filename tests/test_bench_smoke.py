@@ -1,0 +1,90 @@
+"""The benchmarks run (tiny sizes, `--smoke`) and write complete results; the README's benchmark table is
+the rendering of the committed results in `bench/results/`, not typed numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.bench_table import ORDER, README, RESULTS, load_results, readme_block, render
+from tests.conftest import ROOT
+
+SCRIPTS = ORDER  # training_overhead, data_loading, conversion, zeroshot_generation
+TIMEOUT = 240
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
+    """All four scripts with --smoke at once (each is mostly imports and startup), results in a temp dir."""
+    out = tmp_path_factory.mktemp("bench")
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore"}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--smoke", "--out", str(out / f"{name}.json")],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name in SCRIPTS
+    }
+    runs = {}
+    for name, proc in procs.items():
+        try:
+            stdout, _ = proc.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for other in procs.values():
+                other.kill()
+            raise
+        runs[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, stdout, ""), out / f"{name}.json")
+    return runs
+
+
+def check_result(result: dict, name: str) -> None:
+    assert result["benchmark"] == name
+    machine = result["machine"]
+    assert {"platform", "cpu_count", "kind"} <= set(machine)
+    assert {"torch", "lightning", "transformers", "webdataset"} <= set(result["versions"])
+    assert result["load_average_start"] is not None and result["load_average_end"] is not None
+    assert result["parameters"] and result["repetitions"] >= 1
+    assert result["variants"] and result["ratios"] and result["rows"]
+    for variant in result["variants"].values():
+        assert variant["min"] <= variant["median"] <= variant["max"]
+        assert len(variant["values"]) == result["repetitions"]
+    for row in result["rows"]:
+        assert row["variant"] in result["variants"] and row["ratio"] in result["ratios"]
+        assert row["baseline"] is None or row["baseline"] in result["variants"]
+        assert row["target"] is None or row["target"] in {t["name"] for t in result["targets"]}
+    for target in result["targets"]:
+        assert target["met"] == (
+            target["measured"] <= target["threshold"] if target["op"] == "<=" else target["measured"] >= target["threshold"]
+        )
+    assert result["met"] == (all(t["met"] for t in result["targets"]) if result["targets"] else None)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_smoke_run_writes_a_complete_result(name, smoke_runs):
+    run, path = smoke_runs[name]
+    assert run.returncode == 0, run.stdout[-6000:]
+    result = json.loads(path.read_text())
+    assert result["smoke"] is True
+    check_result(result, name)
+
+
+def test_committed_results_cover_every_benchmark():
+    results = load_results()
+    assert [r["benchmark"] for r in results] == list(SCRIPTS), f"bench/results/ holds {[r['benchmark'] for r in results]}"
+    for result in results:
+        assert not result["smoke"]
+        check_result(result, result["benchmark"])
+
+
+def test_readme_table_is_rendered_from_the_committed_results():
+    assert readme_block(README.read_text()) == render(load_results()).strip(), "run python scripts/bench_table.py"
+    assert not any(p.name.startswith("smoke") for p in RESULTS.glob("*.json"))
