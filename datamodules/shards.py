@@ -225,3 +225,18 @@ def conversion_summary(manifest: dict[str, Any], show_skipped: int = 20) -> str:
         if len(skipped) > show_skipped:
             lines.append(f"    … and {len(skipped) - show_skipped} more")
     return "\n".join(lines)
+
+
+def read_samples(directory: str | Path, splits: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every sample (image bytes included) of the given splits (None: all), in shard order: for scoring
+    whole splits outside a training loop (evaluation, zero-shot, prediction)."""
+    from datamodules.sample import decode_shard_entry
+
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    urls = [str(directory / s["name"]) for s in manifest["shards"] if splits is None or s["split"] in splits]
+    if not urls:
+        raise ValueError(f"{directory}: no shards in splits {splits} (splits: {sorted(manifest['counts']['split'])})")
+    return list(
+        wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(handler=wds.reraise_exception), wds.map(decode_shard_entry))
+    )

@@ -37,19 +37,10 @@ def load_models(ckpt: Path) -> list[tuple[str, Any]]:
 
 
 def split_records(datamodule: Any, split: str) -> list[dict[str, Any]]:
-    import webdataset as wds
+    """The memes of one split of the datamodule's shards (`all`: every split)."""
+    from datamodules.shards import read_samples
 
-    from datamodules.sample import decode_shard_entry
-
-    shards = [s for s in datamodule.manifest["shards"] if split == "all" or s["split"] == split]
-    if not shards:
-        raise ValueError(
-            f"{datamodule.dataset_dir}: no '{split}' split (splits: {sorted(datamodule.manifest['counts']['split'])}); use split=all"
-        )
-    urls = [str(datamodule.dataset_dir / s["name"]) for s in shards]
-    return list(
-        wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(handler=wds.reraise_exception), wds.map(decode_shard_entry))
-    )
+    return read_samples(datamodule.dataset_dir, None if split == "all" else [split])
 
 
 def _labels(records: list[dict[str, Any]], head: str, spec: dict[str, Any]) -> torch.Tensor:

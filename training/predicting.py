@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from datamodules.sample import IMAGE_EXTENSIONS
+from datamodules.shards import read_samples
 from models.heads import probabilities
 
 IMAGE_SUFFIXES = {f".{ext}" for ext in IMAGE_EXTENSIONS} | {".jpeg"}
@@ -18,16 +19,7 @@ IMAGE_SUFFIXES = {f".{ext}" for ext in IMAGE_EXTENSIONS} | {".jpeg"}
 def read_inputs(path: Path, splits: list[str] | None = None) -> list[dict[str, Any]]:
     """Memes as sample dicts (id, text, image bytes, lang, labels={}); errors name the file and line."""
     if path.is_dir() and (path / "manifest.json").is_file():
-        import webdataset as wds
-
-        from datamodules.sample import decode_shard_entry
-        from datamodules.shards import read_manifest
-
-        manifest = read_manifest(path)
-        urls = [str(path / s["name"]) for s in manifest["shards"] if splits is None or s["split"] in splits]
-        return list(
-            wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(handler=wds.reraise_exception), wds.map(decode_shard_entry))
-        )
+        return read_samples(path, splits)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if not files:

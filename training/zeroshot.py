@@ -26,21 +26,9 @@ from sklearn.metrics import roc_auc_score
 from torch.utils.data import DataLoader
 
 import training.resolvers  # noqa: F401
+from datamodules.shards import read_samples
 from evaluation.answers import OptionSet
 from evaluation.zeroshot_stats import accuracy_table, markdown, summarise
-
-
-def _records(datamodule: Any, splits: list[str]) -> list[dict[str, Any]]:
-    """Every meme (with its image bytes) of the chosen splits, in shard order."""
-    import webdataset as wds
-
-    from datamodules.sample import decode_shard_entry
-
-    urls = [str(datamodule.dataset_dir / s["name"]) for s in datamodule.manifest["shards"] if s["split"] in splits]
-    pipeline = wds.DataPipeline(
-        wds.SimpleShardList(urls), wds.tarfile_to_samples(handler=wds.reraise_exception), wds.map(decode_shard_entry)
-    )
-    return list(pipeline)
 
 
 def answer_all(
@@ -106,8 +94,7 @@ def main(cfg: DictConfig) -> float:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
     datamodule.prepare_data()
-    datamodule.manifest = json.loads((datamodule.dataset_dir / "manifest.json").read_text())
-    records = _records(datamodule, list(settings.splits))
+    records = read_samples(datamodule.dataset_dir, list(settings.splits))
     if not records:
         raise ValueError(f"no memes in splits {list(settings.splits)} of {datamodule.dataset_dir}")
     rows = []
