@@ -18,6 +18,7 @@ import webdataset as wds
 from filelock import FileLock
 from torch.utils.data import DataLoader, get_worker_info
 
+from datamodules.even_batches import EvenBatches, sum_over_ranks
 from datamodules.folds import ensure_folds, find_folds
 from datamodules.sample import decode_shard_entry
 from datamodules.shards import conversion_summary, fingerprint, read_manifest, verify_shards, write_shards
@@ -90,13 +91,15 @@ class MemeDataModule(L.LightningDataModule):
         allow_skip: bool = False,
         verify: bool = True,
         seed: int = 0,
+        even_eval_batches: bool | str = "auto",
         preprocessor: Preprocessor | None = None,
         raw_dir: str | None = None,
         on_error: str = "raise",
     ) -> None:
         """`raw_dir` and `on_error` are config handles (`data.raw_dir=…`, `data.on_error=skip`) that data
         configs pass on to their source; skipping bad inputs is allowed when `allow_skip`, `on_error`
-        or the source's own `on_error` says so.
+        or the source's own `on_error` says so. `even_eval_batches` (auto: under ZeRO-3 with several
+        ranks) keeps evaluation batches in lockstep across ranks (datamodules/even_batches.py).
         """
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -115,6 +118,9 @@ class MemeDataModule(L.LightningDataModule):
         self.shuffle_buffer, self.epoch_samples, self.seed = shuffle_buffer, epoch_samples, seed
         self.allow_skip = allow_skip or "skip" in (on_error, getattr(source, "on_error", "raise"))
         self.verify, self.raw_dir = verify, raw_dir
+        if even_eval_batches not in (True, False, "auto"):
+            raise ValueError(f"even_eval_batches must be true, false or auto, got {even_eval_batches!r}")
+        self.even_eval_batches = even_eval_batches
         self.preprocessor = preprocessor
         if shard_dir is not None:
             self.dataset_dir = Path(shard_dir)
@@ -137,9 +143,15 @@ class MemeDataModule(L.LightningDataModule):
                     raise FileNotFoundError(f"no manifest.json in shard_dir {self.dataset_dir}; prepare the shards first")
                 print(f"Converting {self.source.name} to shards in {self.dataset_dir} …", flush=True)
                 manifest = write_shards(
-                    self.source, self.dataset_dir, dataset=self.source.name, heads=self.source.heads,
-                    params=self.source.params(), maxcount=self.samples_per_shard, allow_skip=self.allow_skip,
-                    extra=self._source_summary(), progress_every=2000,
+                    self.source,
+                    self.dataset_dir,
+                    dataset=self.source.name,
+                    heads=self.source.heads,
+                    params=self.source.params(),
+                    maxcount=self.samples_per_shard,
+                    allow_skip=self.allow_skip,
+                    extra=self._source_summary(),
+                    progress_every=2000,
                 )
                 print(conversion_summary(manifest), flush=True)
             elif self.verify:
@@ -165,7 +177,9 @@ class MemeDataModule(L.LightningDataModule):
         if self.fold is not None:
             self.folds = find_folds(self.manifest, self.num_folds, self.fold_seed, self.fold_splits)
             if self.folds is None:
-                raise RuntimeError(f"{self.dataset_dir}: no fold assignment for num_folds={self.num_folds}, seed={self.fold_seed}; run prepare_data first")
+                raise RuntimeError(
+                    f"{self.dataset_dir}: no fold assignment for num_folds={self.num_folds}, seed={self.fold_seed}; run prepare_data first"
+                )
 
     def _check_splits(self) -> None:
         """fold=null trains on the dataset's own splits; an evaluation-only set needs cross-validation."""
@@ -255,7 +269,27 @@ class MemeDataModule(L.LightningDataModule):
             wds.map(self.preprocessor),
             wds.batched(self.eval_batch_size, collation_fn=self.preprocessor.collate, partial=True),
         ]
-        return self._loader(wds.DataPipeline(*stages))
+        loader = self._loader(wds.DataPipeline(*stages))
+        if not self._lockstep_eval(world):
+            return loader
+        return EvenBatches(loader, sum_over_ranks(self.trainer.strategy), lambda: self._spare_batch(urls))
+
+    def _lockstep_eval(self, world: int) -> bool:
+        """Whether eval batches must stay in lockstep across ranks (forward passes are collectives)."""
+        if world == 1 or self.even_eval_batches is False:
+            return False
+        return self.even_eval_batches is True or getattr(getattr(self.trainer, "strategy", None), "zero_stage_3", False)
+
+    def _spare_batch(self, urls: list[str]) -> dict[str, Any]:
+        """One batch from the split's first shard: filler for a rank that was given no shards."""
+        pipeline = wds.DataPipeline(
+            wds.SimpleShardList(urls[:1]),
+            wds.tarfile_to_samples(handler=wds.reraise_exception),
+            wds.map(decode_shard_entry),
+            wds.map(self.preprocessor),
+            wds.batched(self.eval_batch_size, collation_fn=self.preprocessor.collate, partial=True),
+        )
+        return next(iter(pipeline))
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_dataloader("val")

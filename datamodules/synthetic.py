@@ -47,9 +47,24 @@ SUBJECTS: dict[str, list[str]] = {
 }
 # Parallel caption templates: "top | bottom"; index i means the same sentence in every language.
 TEMPLATES: dict[str, list[str]] = {
-    "en": ["when the {s} | show up again", "{s} be like | every single time", "nobody asked | but the {s} did", "typical {s} | nothing new"],
-    "de": ["wenn die {s} | wieder auftauchen", "{s} sind so | jedes einzelne Mal", "niemand hat gefragt | aber die {s} schon", "typisch {s} | nichts Neues"],
-    "es": ["cuando los {s} | aparecen otra vez", "los {s} son así | cada vez", "nadie preguntó | pero los {s} sí", "típico de {s} | nada nuevo"],
+    "en": [
+        "when the {s} | show up again",
+        "{s} be like | every single time",
+        "nobody asked | but the {s} did",
+        "typical {s} | nothing new",
+    ],
+    "de": [
+        "wenn die {s} | wieder auftauchen",
+        "{s} sind so | jedes einzelne Mal",
+        "niemand hat gefragt | aber die {s} schon",
+        "typisch {s} | nichts Neues",
+    ],
+    "es": [
+        "cuando los {s} | aparecen otra vez",
+        "los {s} son así | cada vez",
+        "nadie preguntó | pero los {s} sí",
+        "típico de {s} | nada nuevo",
+    ],
 }
 # (image concept, subject) pairs each culture judges differently from the base rule.
 CULTURE_RULES: dict[str, dict[str, list[tuple[int, int]]]] = {
@@ -74,10 +89,7 @@ def is_hateful(concept: int, subject: int, culture: str) -> bool:
 def caption_corpus(languages: tuple[str, ...] = tuple(SUBJECTS)) -> list[str]:
     """Every caption the generator can write: the corpus a tiny tokenizer is trained on."""
     return [
-        template.replace(" | ", " ").format(s=subject)
-        for lang in languages
-        for template in TEMPLATES[lang]
-        for subject in SUBJECTS[lang]
+        template.replace(" | ", " ").format(s=subject) for lang in languages for template in TEMPLATES[lang] for subject in SUBJECTS[lang]
     ]
 
 
@@ -224,8 +236,15 @@ class SyntheticMemeSource:
                 flips = rng.random(len(self.cultures)) < self.label_noise
                 labels = {c: int(rules[c] != flip) for c, flip in zip(self.cultures, flips)}
                 yield {
-                    "group": g, "index": m, "role": role, "split": split, "scene": meme_scene,
-                    "subject": meme_subject, "template": template, "labels": labels, "rules": rules,
+                    "group": g,
+                    "index": m,
+                    "role": role,
+                    "split": split,
+                    "scene": meme_scene,
+                    "subject": meme_subject,
+                    "template": template,
+                    "labels": labels,
+                    "rules": rules,
                 }
 
     def __iter__(self) -> Iterator[Sample]:

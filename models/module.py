@@ -21,8 +21,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torchmetrics import MeanMetric
 
+from datamodules.even_batches import FILLER
 from evaluation.metrics import HeadMetrics
 from models.heads import ClassificationHeads, masked_loss, probabilities
+from models.sharding import gathered, tell_transformers, zero3_config
 
 EVAL_STAGES = ("val", "test")
 
@@ -65,6 +67,9 @@ class MemeClassifier(L.LightningModule):
         """Build encoders, fusion and heads once (Lightning calls this inside the strategy's init context)."""
         if self.backbone is not None:
             return
+        config = zero3_config(self._trainer.strategy if self._trainer is not None else None)
+        if config is not None:  # kept alive with the model: Transformers holds it by weak reference
+            self._transformers_zero3 = tell_transformers(config)
         encoders = {name: instantiate(self.hparams[name]) for name in ("text", "image") if self.hparams.get(name)}
         self.backbone = instantiate(self.hparams.fusion, **encoders)
         if getattr(self.backbone, "output_dim", None):  # late fusion owns its per-modality heads
@@ -87,6 +92,8 @@ class MemeClassifier(L.LightningModule):
 
     def _eval_step(self, stage: str, batch: dict[str, Any]) -> None:
         logits = self(batch)
+        if batch.get(FILLER):  # keeps ranks in lockstep (ZeRO-3); its samples are scored on their own rank
+            return
         self.metrics[stage].update(logits, batch["labels"])
         self.losses[stage].update(self._loss(logits, batch["labels"]), len(batch["ids"]))
         if self.record_predictions:
@@ -112,16 +119,23 @@ class MemeClassifier(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_epoch_metrics("test")
 
-    def export_adapter(self, directory: str | Path) -> Path:
+    def export_adapter(self, directory: str | Path, write: bool = True) -> Path:
         """A VLM's LoRA adapter (PEFT files) plus the heads (`heads.safetensors`, `heads.json`): what a
-        fresh base model needs to reproduce this model's logits."""
+        fresh base model needs to reproduce this model's logits.
+
+        Under ZeRO-3 every rank must call this (the trainable weights are gathered collectively); only
+        the rank with `write=True` writes.
+        """
         if not hasattr(self.backbone, "save_adapter"):
             raise ValueError(f"{type(self.backbone).__name__} has no adapter to export")
         directory = Path(directory)
-        self.backbone.save_adapter(directory)
-        if self.heads is not None:
-            save_file({k: v.detach().cpu().contiguous() for k, v in self.heads.state_dict().items()}, str(directory / "heads.safetensors"))
-        (directory / "heads.json").write_text(json.dumps(self.heads_spec, indent=1))
+        with gathered([p for p in self.parameters() if p.requires_grad]):
+            if write:
+                self.backbone.save_adapter(directory)
+                if self.heads is not None:
+                    heads = {k: v.detach().cpu().contiguous() for k, v in self.heads.state_dict().items()}
+                    save_file(heads, str(directory / "heads.safetensors"))
+                (directory / "heads.json").write_text(json.dumps(self.heads_spec, indent=1))
         return directory
 
     def load_adapter(self, directory: str | Path) -> None:

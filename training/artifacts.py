@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from models.heads import head_width
 from models.module import MemeClassifier
+from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 LABEL_MAP = {"0": "non-hate", "1": "hate"}
@@ -34,13 +36,24 @@ def refuse_pickles(folder: Path) -> None:
 
 
 def run_model(run_dir: Path, checkpoint: str = "best") -> tuple[MemeClassifier, dict[str, Any]]:
-    """The run's best (or last) Lightning checkpoint as a model, and the run's resolved config."""
+    """The run's best or last checkpoint (or a given checkpoint path) as a model, and the run's config.
+
+    Lightning checkpoint files load as they are. DeepSpeed checkpoint directories and consolidated
+    safetensors files (`python -m training.consolidate`) hold weights only, often just the trainable
+    ones: the model is rebuilt from the run's config (its base from its own folder) and they go on top.
+    """
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    path = Path(metrics["best_checkpoint"]) if checkpoint == "best" else run_dir / "checkpoints" / "last.ckpt"
-    if not path.is_file():
+    named = {"best": metrics["best_checkpoint"], "last": run_dir / "checkpoints" / "last.ckpt"}
+    path = Path(named.get(checkpoint) or checkpoint)
+    if is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
+        model = instantiate(config["model"], _recursive_=False)
+        model.configure_model()
+        restore_weights(model, zero_state_dict(path) if path.is_dir() else load_file(str(path)))
+    elif path.is_file():
+        model = MemeClassifier.load_from_checkpoint(path, map_location="cpu")
+    else:
         raise FileNotFoundError(f"{path} does not exist (checkpoint={checkpoint} of run {run_dir})")
-    model = MemeClassifier.load_from_checkpoint(path, map_location="cpu")
     return model.eval(), {"config": config, "metrics": metrics, "checkpoint": str(path)}
 
 

@@ -13,9 +13,11 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
+from training.consolidate import restore_weights, zero_state_dict
 from training.report import print_table
 from training.runs import copy_manifest, nest, save_config, write_metrics
 from training.slurm_checks import SlurmRequeue, check_allocation
+from training.strategies import is_zero3
 
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -38,8 +40,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
-    # Preemption handling only inside a SLURM job: elsewhere training keeps no per-step bookkeeping.
-    callbacks = _instantiate_all(cfg.get("callbacks")) + ([SlurmRequeue()] if SLURMEnvironment.detect() else [])
+    # Exact resume everywhere (RNG states travel in checkpoints, the stream is fast-forwarded); the
+    # signal handling and requeue only inside a SLURM job.
+    callbacks = _instantiate_all(cfg.get("callbacks")) + [SlurmRequeue(enabled=SLURMEnvironment.detect())]
     loggers = _instantiate_all(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
@@ -57,6 +60,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if not best and cfg.get("train", True):
         rank_zero_info("No best checkpoint (checkpointing disabled or no validation): scoring the current weights.")
     ckpt_path = best or (None if cfg.get("train", True) else cfg.get("ckpt_path"))
+    if ckpt_path and is_zero3(trainer.strategy):
+        # A ZeRO-3 engine built for evaluation cannot load sharded checkpoints (DeepSpeed has no optimizer
+        # there to restore partitions from): the checkpoint's weights are put into the model instead.
+        restore_weights(model, zero_state_dict(ckpt_path))
+        ckpt_path = None
     scores: dict[str, Any] = {}
     scores.update(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
     if cfg.get("test", True):
@@ -73,9 +81,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "best": {"val": nest(scores, "val"), "test": nest(scores, "test")},
         "final": {"val": nest(final_val, "val")},
     }
+    if getattr(model.backbone, "save_adapter", None) and cfg.model.get("fusion", {}).get("lora"):
+        # every rank takes part (ZeRO-3 gathers the adapter collectively); rank 0 writes the scored weights
+        metrics["adapter"] = str(model.export_adapter(run_dir / "adapter", write=trainer.is_global_zero))
     if trainer.is_global_zero:
-        if getattr(model.backbone, "save_adapter", None) and cfg.model.get("fusion", {}).get("lora"):
-            metrics["adapter"] = str(model.export_adapter(run_dir / "adapter"))  # the scored (best) weights
         copy_manifest(datamodule.dataset_dir, run_dir)
         write_metrics(run_dir, metrics)
         if cfg.get("print_table", True):

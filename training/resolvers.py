@@ -94,6 +94,11 @@ def tiny_qwen_vl(out_dir: str, version: str = "qwen2_vl") -> str:
     return str(build_tiny_qwen_vl(out_dir, caption_corpus() + prompt_corpus(spec), version=version))
 
 
+def is_bf16(precision: str) -> bool:
+    """Whether a Lightning precision setting computes in bf16 (DeepSpeed's `bf16.enabled` follows it)."""
+    return str(precision).startswith("bf16")
+
+
 def register() -> None:
     for name, fn in {
         "run_id": run_id,
@@ -105,6 +110,7 @@ def register() -> None:
         "tiny_qwen_vl": tiny_qwen_vl,
         "project_root": project_root,
         "manifest_heads": manifest_heads,
+        "is_bf16": is_bf16,
     }.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn, use_cache=name == "run_id")

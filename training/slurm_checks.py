@@ -200,8 +200,15 @@ class SlurmRequeue(Callback):
 
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self) -> dict[str, Any]:
-        # Every rank's RNG state when preempting; otherwise this rank's (exact for single-process runs).
-        return {"rng": self._rng_states or [_rng_states()]}
+        # Every rank's RNG state (checkpoints are dumped on every rank; DDP writes rank 0's file only).
+        if self._rng_states is not None:
+            return {"rng": self._rng_states}
+        states = _rng_states()
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            gathered: list[Any] = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, states)
+            return {"rng": gathered}
+        return {"rng": [states]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restore_rng = state_dict.get("rng")
@@ -210,18 +217,28 @@ class SlurmRequeue(Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # After the checkpoint's loop state is restored and before the first batch. The train loader and its
         # iterator (workers included) were built earlier (Lightning sizes the scheduler from it), so the
-        # stream is repositioned and its iterator rebuilt here; then the RNG states are set.
-        if trainer.fit_loop.restarting and _fast_forward(trainer, trainer.train_dataloader):
-            loader = trainer.train_dataloader
+        # stream is repositioned and its iterator rebuilt here; then the RNG states are set. A checkpoint
+        # loaded for fitting (mid-epoch or at an epoch boundary) is recognised by its RNG states.
+        if self._restore_rng is None:
+            return
+        states = self._restore_rng[trainer.global_rank % len(self._restore_rng)]
+        self._restore_rng = None
+        loader = trainer.train_dataloader
+        # A loader without persistent workers builds a new iterator (one draw from torch's RNG) at every
+        # epoch start: at an epoch boundary the saved states must be in place before that draw.
+        new_iterator_each_epoch = not (getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0)
+        restore_first = new_iterator_each_epoch and _at_epoch_boundary(trainer, loader)
+        if restore_first:
+            _set_states(states)
+        if _reposition_stream(trainer, loader):
             iterator = getattr(loader, "_iterator", None)
             if iterator is not None and hasattr(iterator, "_shutdown_workers"):
                 iterator._shutdown_workers()
             if hasattr(loader, "_iterator"):
                 loader._iterator = None
             iter(trainer.fit_loop._data_fetcher)
-        if self._restore_rng and trainer.fit_loop.restarting:
-            _set_states(self._restore_rng[trainer.global_rank % len(self._restore_rng)])
-        self._restore_rng = None
+        if not restore_first:
+            _set_states(states)
 
 
 def _batches_done(trainer: L.Trainer) -> int:
@@ -232,29 +249,39 @@ def _batches_done(trainer: L.Trainer) -> int:
     return current.completed
 
 
-def _fast_forward(trainer: L.Trainer, loader: Any) -> bool:
-    """Put the resampled training stream where the restored loop state says training was (True if moved)."""
-    if not trainer.fit_loop.restarting:
-        return False
+def _at_epoch_boundary(trainer: L.Trainer, loader: Any) -> bool:
+    """Whether the restored loop state sits between epochs (no batch of the next epoch done yet)."""
     done = _batches_done(trainer)
     try:
         length = len(loader)
     except TypeError:
         length = None
-    if done <= 0 or (length is not None and done >= length):
-        return False  # epoch boundary: nothing to skip
+    return done <= 0 or (length is not None and done >= length)
+
+
+def _reposition_stream(trainer: L.Trainer, loader: Any) -> bool:
+    """Put the resampled training stream where the restored loop state says training was (True if moved).
+
+    The stream's shard order depends on its epoch counter, which a fresh process starts at zero: it is
+    set to the epoch about to run, and within an epoch the batches already done are skipped.
+    """
+    done = _batches_done(trainer)
+    at_boundary = _at_epoch_boundary(trainer, loader)
     pipeline = getattr(getattr(loader, "dataset", None), "pipeline", None)
     if not pipeline:
-        log.warning("Resuming mid-epoch, but the training loader is not a webdataset pipeline: the epoch restarts")
+        log.warning("Resuming, but the training loader is not a webdataset pipeline: its data order is not restored")
         return False
     import webdataset as wds
 
     shards = [stage for stage in pipeline if isinstance(stage, wds.ResampledShards)]
     if len(shards) != 1:
-        log.warning("Resuming mid-epoch, but found %d resampled shard lists: the epoch restarts", len(shards))
+        log.warning("Resuming, but found %d resampled shard lists: the data order is not restored", len(shards))
         return False
     epoch = trainer.current_epoch
     shards[0].epoch = epoch - 1  # incremented when the epoch's iteration starts
+    if at_boundary:
+        rank_zero_info(f"Resuming the training stream at the start of epoch {epoch}")
+        return True
     workers = max(1, getattr(loader, "num_workers", 0))
     pipeline.append(_SkipOnce([done // workers + (1 if w < done % workers else 0) for w in range(workers)]))
     rank_zero_info(f"Resuming the training stream at epoch {epoch}, batch {done}")

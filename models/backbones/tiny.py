@@ -38,10 +38,10 @@ def train_wordpiece(corpus: list[str], vocab_size: int) -> BertTokenizerFast:
     """
     normalizer = normalizers.BertNormalizer(lowercase=True)
     pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    words = Counter(
-        word for text in corpus for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+    words = Counter(word for text in corpus for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
+    characters = sorted(
+        {character for word in words for character in word} | set(string.ascii_lowercase + string.digits + string.punctuation)
     )
-    characters = sorted({character for word in words for character in word} | set(string.ascii_lowercase + string.digits + string.punctuation))
     vocab_tokens = [*SPECIAL_TOKENS, *characters, *(f"##{c}" for c in characters)]
     known = set(vocab_tokens)
     for word, _ in sorted(words.items(), key=lambda item: (-item[1], item[0])):

@@ -99,6 +99,7 @@ class VLMClassifier(nn.Module):
                 pattern = f"(?:{pattern})|(?:{VISION_TARGETS})"
             config = LoraConfig(target_modules=pattern, bias="none", **lora)
             model = get_peft_model(model, config)
+            _initialise_partitioned_lora(model, config.init_lora_weights)
         self.model = model
         self.output_dim = model.config.get_text_config().hidden_size if mode == "head" else None
 
@@ -127,12 +128,7 @@ class VLMClassifier(nn.Module):
             raise ValueError("this VLM has no LoRA adapter to save (model.lora is null)")
         directory = Path(directory)
         self.model.save_pretrained(directory)
-        from safetensors import safe_open
-
-        weights = directory / "adapter_model.safetensors"
-        with safe_open(str(weights), "pt") as handle:
-            if not list(handle.keys()):
-                raise RuntimeError(f"{weights} holds no tensors: the adapter was not gathered before saving")
+        check_adapter_file(directory / "adapter_model.safetensors")
         return directory
 
     def load_adapter(self, directory: str | Path) -> None:
@@ -142,6 +138,42 @@ class VLMClassifier(nn.Module):
         if hasattr(self.model, "peft_config"):
             raise ValueError("this VLM already has an adapter; build it with model.fusion.lora=null to load one")
         self.model = PeftModel.from_pretrained(self.model, str(directory))
+
+
+def check_adapter_file(weights: Path) -> None:
+    """Refuse an adapter file without tensors, or with empty ones (ZeRO-3 partitions saved ungathered)."""
+    from safetensors import safe_open
+
+    with safe_open(str(weights), "pt") as handle:
+        names = list(handle.keys())
+        if not names:
+            raise RuntimeError(f"{weights} holds no tensors: the adapter has no trainable LoRA weights")
+        empty = [name for name in names if 0 in handle.get_slice(name).get_shape()]
+    if empty:
+        raise RuntimeError(
+            f"{weights}: {len(empty)} of {len(names)} tensors are empty (e.g. {empty[0]}): "
+            "ZeRO-3 partitions were saved without gathering them first"
+        )
+
+
+def _initialise_partitioned_lora(model: nn.Module, init_lora_weights: Any) -> None:
+    """Redo PEFT's LoRA initialisation on gathered weights when ZeRO-3 partitioned them at creation.
+
+    PEFT zeroes LoRA B in place right after building each layer; on a partitioned parameter that
+    writes into an empty tensor, leaving B random and the adapted model different from its base.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    from models.sharding import gathered, is_partitioned
+
+    layers = [module for module in model.modules() if isinstance(module, LoraLayer)]
+    params = [p for layer in layers for p in (*layer.lora_A.parameters(), *layer.lora_B.parameters())]
+    if not any(is_partitioned(p) for p in params) or init_lora_weights is False:
+        return
+    with gathered(params, modifier_rank=0):
+        for layer in layers:
+            for adapter in layer.lora_A:
+                layer.reset_lora_parameters(adapter, init_lora_weights)
 
 
 def _vision(model: nn.Module) -> nn.Module:

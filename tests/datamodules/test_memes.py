@@ -87,7 +87,9 @@ def test_fold_mode_trains_on_other_folds_and_validates_on_fold_k(tmp_path):
 
 def test_unknown_head_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="head 'FR' is not in the dataset synthetic"):
-        dm = MemeDataModule(heads={"FR": {"kind": "binary"}}, source=SyntheticMemeSource(num_groups=5, image_size=32), shard_root=str(tmp_path))
+        dm = MemeDataModule(
+            heads={"FR": {"kind": "binary"}}, source=SyntheticMemeSource(num_groups=5, image_size=32), shard_root=str(tmp_path)
+        )
         dm.prepare_data()
         dm.setup("fit")
 

@@ -25,7 +25,9 @@ def _png() -> bytes:
 
 
 def _sample(i: int, **changes) -> Sample:
-    fields = dict(id=f"d/{i}", group=f"d/{i // 2}", lang="en", text=f"text {i}", image=_png(), labels={"US": i % 2, "topic": i % 3}, split="train")
+    fields = dict(
+        id=f"d/{i}", group=f"d/{i // 2}", lang="en", text=f"text {i}", image=_png(), labels={"US": i % 2, "topic": i % 3}, split="train"
+    )
     fields.update(changes)
     return Sample(**fields)
 

@@ -26,11 +26,14 @@ def test_heads_shapes():
     assert logits["emotion"].shape == (5, 4)
 
 
-@pytest.mark.parametrize("kind, logits, target", [
-    ("binary", torch.tensor([2.0, -1.0, 0.5]), torch.tensor([1.0, -1.0, 0.0])),
-    ("multiclass", torch.randn(3, 3), torch.tensor([2, -1, 0])),
-    ("multilabel", torch.randn(3, 4), torch.tensor([[1.0, 0, 0, 1], [-1, -1, -1, -1], [0, 1, 0, 0]])),
-])
+@pytest.mark.parametrize(
+    "kind, logits, target",
+    [
+        ("binary", torch.tensor([2.0, -1.0, 0.5]), torch.tensor([1.0, -1.0, 0.0])),
+        ("multiclass", torch.randn(3, 3), torch.tensor([2, -1, 0])),
+        ("multilabel", torch.randn(3, 4), torch.tensor([[1.0, 0, 0, 1], [-1, -1, -1, -1], [0, 1, 0, 0]])),
+    ],
+)
 def test_masked_loss_ignores_unannotated_items(kind, logits, target):
     loss, count = masked_loss(logits, target, kind)
     keep = [0, 2]
@@ -72,7 +75,9 @@ def test_epoch_metrics_match_sklearn_and_skip_missing_labels():
 
 def test_auroc_is_nan_when_a_head_has_one_class_and_the_mean_skips_it():
     metric = HeadMetrics({"US": {"kind": "binary"}, "DE": {"kind": "binary"}})
-    metric.update({"US": torch.tensor([0.1, 0.9]), "DE": torch.tensor([0.3, 0.2])}, {"US": torch.tensor([0.0, 1.0]), "DE": torch.tensor([1.0, 1.0])})
+    metric.update(
+        {"US": torch.tensor([0.1, 0.9]), "DE": torch.tensor([0.3, 0.2])}, {"US": torch.tensor([0.0, 1.0]), "DE": torch.tensor([1.0, 1.0])}
+    )
     result = metric.compute()
     assert math.isnan(result["DE/auroc"])
     assert result["mean/auroc"] == result["US/auroc"] == 1.0

@@ -203,3 +203,21 @@ def test_gradient_checkpointing_and_pixel_bounds(tiny_vlms, tmp_path):
         "model.preprocessor.min_pixels=12544",
     )
     assert batch_of(larger, size=1)["image_grid_thw"].tolist() == [[1, 8, 8]]
+
+
+def test_memes_without_images_still_run_the_vision_tower(tiny_vlms, tmp_path):
+    """Under ZeRO-3 every rank must gather the vision tower's weights on every step: an image-less meme
+    gets a placeholder image instead of leaving its rank out of the vision forward."""
+    model = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}")
+    calls = []
+    vision = model.backbone._base().model.visual
+    handle = vision.register_forward_hook(lambda *_: calls.append(1))
+    samples = [
+        {"id": f"t{i}", "text": "words only", "image": None, "labels": {h: 0 for h in model.heads_spec}, "lang": "en"} for i in range(3)
+    ]
+    batch = model.preprocessor.collate([model.preprocessor(s) for s in samples])
+    assert "pixel_values" in batch
+    with torch.no_grad():
+        model(batch)
+    handle.remove()
+    assert calls == [1]

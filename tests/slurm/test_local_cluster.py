@@ -120,7 +120,9 @@ def test_check_allocation_names_both_numbers():
     env = {"SLURM_NTASKS": "4", "SLURM_PROCID": "0", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NAME": "x"}
     check_allocation({"num_nodes": 2, "devices": 2}, env)
     check_allocation({"num_nodes": 1, "devices": 3}, {})  # not under SLURM: nothing to check
-    with pytest.raises(AllocationMismatch, match=r"trainer.num_nodes=2 x trainer.devices=1 = 2 processes, but SLURM started SLURM_NTASKS=4"):
+    with pytest.raises(
+        AllocationMismatch, match=r"trainer.num_nodes=2 x trainer.devices=1 = 2 processes, but SLURM started SLURM_NTASKS=4"
+    ):
         check_allocation({"num_nodes": 2, "devices": 1}, env)
     with pytest.raises(AllocationMismatch, match=r"trainer.num_nodes=1, but the job has 2 nodes"):
         check_allocation({"num_nodes": 1, "devices": 4}, env)

@@ -1,0 +1,101 @@
+"""Strategy configs compose into the strategies and DeepSpeed configs they promise; eval batches stay in lockstep."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import instantiate
+from lightning.pytorch.strategies import DDPStrategy
+
+import training.resolvers  # noqa: F401  (registers ${is_bf16:} …)
+from datamodules.even_batches import FILLER, EvenBatches
+from tests.conftest import ROOT
+from training.strategies import DeepSpeedStrategy
+
+DEEPSPEED = ("deepspeed_zero2", "deepspeed_zero3", "deepspeed_zero3_offload")
+
+
+def strategy_of(*overrides: str):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["paths.data_dir=/tmp/unused", *overrides])
+    return cfg, instantiate(cfg.trainer.strategy)
+
+
+@pytest.mark.parametrize("name", DEEPSPEED)
+@pytest.mark.parametrize("trainer, bf16", [("gpu", True), ("cpu", False)])
+def test_deepspeed_strategies_carry_a_deepspeed_config_that_follows_the_run(name, trainer, bf16):
+    cfg, strategy = strategy_of(f"strategy={name}", f"trainer={trainer}", "data.batch_size=12")
+    assert isinstance(strategy, DeepSpeedStrategy) and isinstance(strategy.config, dict)
+    config = strategy.config
+    stage = 2 if name == "deepspeed_zero2" else 3
+    assert config["zero_optimization"]["stage"] == stage and strategy.zero_stage_3 == (stage == 3)
+    assert config["bf16"]["enabled"] is bf16  # follows trainer.precision, no second switch to forget
+    assert config["train_micro_batch_size_per_gpu"] == 12  # follows data.batch_size
+    assert "gradient_accumulation_steps" not in config  # Lightning sets it from trainer.accumulate_grad_batches
+    assert strategy.exclude_frozen_parameters is True  # LoRA checkpoints without the frozen base
+    assert set(config["activation_checkpointing"]) >= {"partition_activations", "cpu_checkpointing"}
+    offload = config["zero_optimization"].get("offload_param", {}).get("device")
+    assert offload == ("cpu" if name.endswith("offload") else None)
+    # DeepSpeed's own parser accepts it (with the accumulation Lightning adds at setup)
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    parsed = DeepSpeedConfig({**config, "gradient_accumulation_steps": 1})
+    assert parsed.zero_optimization_stage == stage and parsed.bfloat16_config.enabled is bf16
+    assert (parsed.zero_config.offload_param is not None) == name.endswith("offload")
+
+
+def test_ddp_strategy_and_the_cpu_ddp_trainer():
+    cfg, strategy = strategy_of("strategy=ddp")
+    assert isinstance(strategy, DDPStrategy) and strategy._ddp_kwargs["broadcast_buffers"] is False
+    cfg, strategy = strategy_of("trainer=ddp_cpu")  # the trainer picks the ddp strategy by default …
+    assert isinstance(strategy, DDPStrategy) and cfg.trainer.devices == 2
+    cfg, strategy = strategy_of("trainer=ddp_cpu", "strategy=deepspeed_zero3")  # … which the command line overrides
+    assert isinstance(strategy, DeepSpeedStrategy)
+
+
+def test_no_strategy_leaves_lightnings_choice():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["paths.data_dir=/tmp/unused"])
+    assert "strategy" not in cfg.trainer
+
+
+def _run_ranks(streams: list[list[dict]]) -> list[list[dict]]:
+    """Each stream's EvenBatches on its own thread, with a barrier-based sum standing in for all-reduce."""
+    flags: list[bool] = [False] * len(streams)
+    barrier = threading.Barrier(len(streams))
+    results: list[list[dict]] = [[] for _ in streams]
+
+    def reducer(rank: int):
+        def any_rank(flag: bool) -> bool:
+            flags[rank] = flag
+            barrier.wait()
+            answer = any(flags)
+            barrier.wait()
+            return answer
+
+        return any_rank
+
+    def consume(rank: int) -> None:
+        spare = {"ids": ["spare"], "x": -1}
+        results[rank] = list(EvenBatches(streams[rank], reducer(rank), lambda: spare))
+
+    threads = [threading.Thread(target=consume, args=(rank,)) for rank in range(len(streams))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    return results
+
+
+def test_even_batches_pad_short_ranks_with_flagged_fillers():
+    batches = [{"ids": [f"r0-{i}"], "x": i} for i in range(3)]
+    long, short, empty = _run_ranks([batches, batches[:1], []])
+    assert len(long) == len(short) == len(empty) == 3  # same number of forward passes on every rank
+    assert long == batches and not any(FILLER in b for b in long)
+    assert short[0] == batches[0] and all(b[FILLER] and b["x"] == 0 for b in short[1:])
+    assert all(b[FILLER] and b["ids"] == ["spare"] for b in empty)  # a rank given no shards reads a spare batch

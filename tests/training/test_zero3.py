@@ -1,0 +1,143 @@
+"""DeepSpeed ZeRO-3 on CPU (gloo, two ranks) through `train.py`, with the tiny Qwen2-VL LoRA classifier:
+sharded build, exact scoring of the best sharded checkpoint, exact resume, consolidation, and a
+gathered adapter that reloads to the same scores."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from tests.conftest import SMALL_DATA
+from training.artifacts import run_model
+from training.consolidate import consolidate
+from training.resolvers import tiny_qwen_vl
+
+pytestmark = pytest.mark.slow
+
+ZERO3 = (
+    "model=vlm",
+    "strategy=deepspeed_zero3",
+    "trainer=ddp_cpu",
+    "model.preprocessor.image_size=56",
+    "data.batch_size=4",
+    "data.num_workers=0",
+    "fold=0",
+    "num_folds=3",
+    "print_table=false",
+    *SMALL_DATA,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen(data_dir: Path) -> str:
+    return tiny_qwen_vl(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
+
+
+def _val_history(run: Path) -> dict[int, float]:
+    rows = csv.DictReader(open(run / "csv" / "metrics.csv"))
+    return {int(r["epoch"]): float(r["val/mean/auroc"]) for r in rows if r.get("val/mean/auroc")}
+
+
+def _val_probabilities(run: Path) -> dict[tuple[str, str], float]:
+    return {(r["id"], r["head"]): float(r["probability"]) for r in csv.DictReader(open(run / "predictions" / "val.csv"))}
+
+
+@pytest.fixture(scope="module")
+def zero3_run(tmp_path_factory, data_dir, tiny_qwen) -> Path:
+    from tests.conftest import TrainRun
+
+    train_run = TrainRun(data_dir, tmp_path_factory.mktemp("zero3") / "runs")
+    train_run(
+        *ZERO3,
+        f"model.name_or_path={tiny_qwen}",
+        "trainer.max_epochs=2",
+        "+callbacks.probe._target_=tests.training.zero3_probe.ShardingProbe",
+        env={"CROSSMOD_RUN_ID": "full"},
+    )
+    return train_run.log_dir / "synthetic_concat" / "runs" / "full"
+
+
+def test_the_model_is_built_sharded_with_transformers_told_and_lora_b_zero(zero3_run):
+    for rank in (0, 1):
+        probe = json.loads((zero3_run / f"probe_rank{rank}.json").read_text())
+        assert probe["partitioned"] == probe["parameters"] > 0  # every parameter, heads included
+        assert probe["local_numel"] <= probe["full_numel"] // 2 + 64  # each rank holds its half
+        assert probe["transformers_zero3"] is True
+        assert probe["lora_b_tensors"] > 0 and probe["lora_b_abs_sum_at_start"] == 0.0
+
+
+def test_checkpoints_are_sharded_and_the_best_one_is_scored_exactly(zero3_run):
+    metrics = json.loads((zero3_run / "metrics.json").read_text())
+    best = Path(metrics["best_checkpoint"])
+    shards = sorted(p.name for p in (best / "checkpoint").iterdir())
+    assert any("zero_pp_rank_0_" in name for name in shards) and any("zero_pp_rank_1_" in name for name in shards)
+    history = _val_history(zero3_run)
+    best_epoch = int(best.name.removeprefix("epoch").removesuffix(".ckpt"))
+    # the best checkpoint's weights restored into the sharded model score what that epoch scored
+    assert metrics["best"]["val"]["mean"]["auroc"] == pytest.approx(history[best_epoch], abs=1e-6)
+    # every validation meme scored once per head although ranks held different numbers of batches
+    ids = {key[0] for key in _val_probabilities(zero3_run)}
+    manifest = json.loads((zero3_run / "manifest.json").read_text())
+    (folds,) = [entry for entry in manifest["folds"] if entry["num_folds"] == 3]
+    assert len(ids) == folds["samples_per_fold"][0]
+
+
+def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_scores(zero3_run, tmp_path):
+    metrics = json.loads((zero3_run / "metrics.json").read_text())
+    summary = consolidate(metrics["best_checkpoint"], tmp_path / "best.safetensors")
+    consolidated = load_file(str(tmp_path / "best.safetensors"))
+    assert summary["tensors"] == len(consolidated) > 0
+    # exclude_frozen_parameters: the LoRA weights and heads, nothing of the frozen base
+    assert all("lora_" in key or key.startswith("heads.") for key in consolidated), sorted(consolidated)[:5]
+    assert all(value.numel() > 0 for value in consolidated.values())
+
+    adapter = load_file(str(Path(metrics["adapter"]) / "adapter_model.safetensors"))
+    lora = {k.removeprefix("backbone.model.").replace(".default.", "."): v for k, v in consolidated.items() if "lora_" in k}
+    assert set(adapter) == set(lora)
+    for key, value in adapter.items():
+        assert value.numel() > 0 and torch.equal(value, lora[key]), key
+
+    # rebuilt on one process from the sharded checkpoint, the model gives the ZeRO-3 run's validation scores
+    model, _ = run_model(zero3_run, "best")
+    fresh, _ = run_model(zero3_run, str(tmp_path / "best.safetensors"))
+    scored = _val_probabilities(zero3_run)
+    samples = _first_val_samples(zero3_run, count=6)
+    batch = model.preprocessor.collate([model.preprocessor(s) for s in samples])
+    with torch.no_grad():
+        logits, logits_fresh = model(batch), fresh(batch)
+    for head in model.heads_spec:
+        assert torch.allclose(logits[head], logits_fresh[head])
+        probs = torch.sigmoid(logits[head]).tolist()
+        expected = [scored[(s["id"], head)] for s in samples]
+        assert probs == pytest.approx(expected, abs=1e-5)
+
+
+def _first_val_samples(run: Path, count: int) -> list[dict]:
+    from datamodules.shards import read_samples
+
+    scored_ids = {key[0] for key in _val_probabilities(run)}
+    manifest = json.loads((run / "manifest.json").read_text())
+    shard_root = OmegaConf.load(run / "config.yaml").data.shard_root
+    shard_dir = Path(shard_root) / f"{manifest['dataset']}-{manifest['fingerprint']}"
+    samples = [s for s in read_samples(shard_dir, ["train", "val", "test"]) if s["id"] in scored_ids]
+    return samples[:count]
+
+
+def test_resume_from_a_sharded_checkpoint_is_exact(zero3_run, data_dir, tiny_qwen, tmp_path):
+    from tests.conftest import TrainRun
+
+    train_run = TrainRun(data_dir, tmp_path / "runs")
+    common = (*ZERO3, f"model.name_or_path={tiny_qwen}", "test=false")
+    train_run(*common, "trainer.max_epochs=1", env={"CROSSMOD_RUN_ID": "first"})
+    last = train_run.log_dir / "synthetic_concat" / "runs" / "first" / "checkpoints" / "last.ckpt"
+    assert (last / "latest").is_file()
+    train_run(*common, "trainer.max_epochs=2", f"ckpt_path={last}", env={"CROSSMOD_RUN_ID": "resumed"})
+    resumed = train_run.log_dir / "synthetic_concat" / "runs" / "resumed"
+    # the resumed epoch (optimizer, scheduler, data position restored) matches the uninterrupted run's
+    assert _val_history(resumed)[1] == pytest.approx(_val_history(zero3_run)[1], abs=1e-6)

@@ -1,0 +1,71 @@
+"""DeepSpeed with the ZeRO code paths runnable on CPU, and small queries about the active strategy.
+
+DeepSpeed's engine runs on CPU (its CPU accelerator, gloo for collectives); Lightning's strategy
+refuses anything but CUDA in one environment check. Lifting only that check lets sharded
+initialisation, partitioned checkpoints, consolidation and gathered adapter export run in CPU tests
+and on laptops exactly as they run on GPUs, where this class is Lightning's strategy unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.seed import reset_seed
+from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies import DeepSpeedStrategy as LightningDeepSpeedStrategy
+from lightning.pytorch.utilities import rank_zero_warn
+from omegaconf import DictConfig, OmegaConf
+
+
+class DeepSpeedStrategy(LightningDeepSpeedStrategy):
+    """Lightning's DeepSpeed strategy; on a CPU accelerator it runs with gloo instead of refusing."""
+
+    def __init__(self, *args: Any, config: dict[str, Any] | DictConfig | str | None = None, **kwargs: Any) -> None:
+        if isinstance(config, DictConfig):  # composed by Hydra: DeepSpeed and Lightning expect a plain dict
+            config = OmegaConf.to_container(config, resolve=True)
+        super().__init__(*args, config=config, **kwargs)
+
+    def setup_environment(self) -> None:
+        if isinstance(self.accelerator, CPUAccelerator):
+            rank_zero_warn("DeepSpeed on CPU (gloo): for tests and debugging of the ZeRO code paths, not for speed.")
+            DDPStrategy.setup_environment(self)  # everything the parent does except its CUDA-only check
+            return
+        super().setup_environment()
+
+    @property
+    def root_device(self) -> torch.device:
+        device = super().root_device
+        # DeepSpeed's engine takes the device index as its rank's device; CPU devices carry none.
+        return torch.device("cpu", 0) if device.type == "cpu" else device
+
+    def setup_distributed(self) -> None:
+        if isinstance(self.accelerator, CPUAccelerator):  # CPU devices have no index to validate against ranks
+            reset_seed()
+            self.set_world_ranks()
+            self._init_deepspeed_distributed()
+            return
+        super().setup_distributed()
+
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        """Checkpoints written with `exclude_frozen_parameters` lack the frozen base by design: loading
+        them must not demand it (the base comes from its own folder when the model is built)."""
+        module = self.lightning_module
+        strict = module.strict_loading
+        if self.exclude_frozen_parameters:
+            module.strict_loading = False
+        try:
+            return super().load_checkpoint(checkpoint_path, weights_only)
+        finally:
+            module.strict_loading = strict
+
+
+def deepspeed_config(strategy: Any) -> dict[str, Any] | None:
+    """The DeepSpeed config a strategy runs with (None for non-DeepSpeed strategies)."""
+    return getattr(strategy, "config", None) if isinstance(strategy, LightningDeepSpeedStrategy) else None
+
+
+def is_zero3(strategy: Any) -> bool:
+    """True when parameters are partitioned across ranks (ZeRO stage 3)."""
+    return isinstance(strategy, LightningDeepSpeedStrategy) and strategy.zero_stage_3
