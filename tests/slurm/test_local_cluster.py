@@ -228,3 +228,24 @@ def test_cv_array_three_folds_and_report(slurm: Slurm):
     assert summaries, report.stdout[-3000:]
     text = report.stdout + "".join(p.read_text() for p in cv_dir.rglob("*.md"))
     assert "missing" not in text.lower() or "missing folds: none" in text.lower(), text[-3000:]
+
+
+def test_hydra_submitit_launcher_runs_each_fold_as_a_slurm_job(slurm: Slurm):
+    """`python train.py -m hydra/launcher=slurm fold=0,1`: one SLURM job per fold, each in a run directory
+    named after its job id, the sweep waiting for both results."""
+    command = [
+        sys.executable, "train.py", "-m", "hydra/launcher=slurm", "fold=0,1", "num_folds=3",
+        "trainer=cpu", "trainer.max_epochs=1", "print_table=false", *SMALL_DATA,
+        f"paths.data_dir={slurm.data_dir}", f"paths.log_dir={slurm.log_dir}",
+        "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=15",
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-6000:])
+    finished = sorted((slurm.log_dir / "synthetic_concat" / "multiruns").glob("*/*_fold*/metrics.json"))
+    assert [p.parent.name for p in finished] == ["0_fold0", "1_fold1"], finished
+    job_ids = [p.parent.parent.name for p in finished]
+    assert all(job.isdigit() for job in job_ids) and len(set(job_ids)) == 2, job_ids  # SLURM job ids
+    for path, fold in zip(finished, (0, 1)):
+        assert json.loads(path.read_text())["fold"] == fold
+    submitted = {p.name for p in (slurm.log_dir / "synthetic_concat" / "multiruns").glob("*/.submitit/*") if p.is_dir()}
+    assert set(job_ids) <= submitted, (job_ids, submitted)

@@ -99,3 +99,17 @@ def test_even_batches_pad_short_ranks_with_flagged_fillers():
     assert long == batches and not any(FILLER in b for b in long)
     assert short[0] == batches[0] and all(b[FILLER] and b["x"] == 0 for b in short[1:])
     assert all(b[FILLER] and b["ids"] == ["spare"] for b in empty)  # a rank given no shards reads a spare batch
+
+
+def test_submitit_launcher_config_follows_the_trainer():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=["paths.data_dir=/tmp/unused", "hydra/launcher=slurm", "trainer=ddp_cpu", "trainer.num_nodes=3"],
+            return_hydra_config=True,
+        )
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.nodes, launcher.tasks_per_node) == (3, 2)  # one SLURM task per trainer process
+    assert launcher.additional_parameters.signal == "USR1@90"  # the signal crossmod's requeue handles

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +15,8 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from tests.conftest import SMALL_DATA
-from training.artifacts import run_model
+from tests.conftest import ROOT, SMALL_DATA
+from training.artifacts import load_culture, run_model
 from training.consolidate import consolidate
 from training.resolvers import tiny_qwen_vl
 
@@ -116,6 +118,26 @@ def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_
         probs = torch.sigmoid(logits[head]).tolist()
         expected = [scored[(s["id"], head)] for s in samples]
         assert probs == pytest.approx(expected, abs=1e-5)
+
+    # export.py from the consolidated file: a PEFT culture folder giving the same DE logits
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "export.py"),
+            f"run={zero3_run}",
+            f"checkpoint={tmp_path / 'best.safetensors'}",
+            "culture=DE",
+            f"out={tmp_path / 'export'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    culture, _ = load_culture(tmp_path / "export" / "DE")
+    with torch.no_grad():
+        assert torch.allclose(culture(batch)["DE"], logits["DE"], atol=1e-5)
 
 
 def _first_val_samples(run: Path, count: int) -> list[dict]:
