@@ -61,11 +61,6 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
             module.strict_loading = strict
 
 
-def deepspeed_config(strategy: Any) -> dict[str, Any] | None:
-    """The DeepSpeed config a strategy runs with (None for non-DeepSpeed strategies)."""
-    return getattr(strategy, "config", None) if isinstance(strategy, LightningDeepSpeedStrategy) else None
-
-
 def is_zero3(strategy: Any) -> bool:
     """True when parameters are partitioned across ranks (ZeRO stage 3)."""
     return isinstance(strategy, LightningDeepSpeedStrategy) and strategy.zero_stage_3
