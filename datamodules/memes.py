@@ -20,8 +20,10 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from datamodules.even_batches import EvenBatches, sum_over_ranks
 from datamodules.folds import ensure_folds, find_folds
+from datamodules.one_block import one_block
 from datamodules.sample import decode_shard_entry
 from datamodules.shards import conversion_summary, fingerprint, read_manifest, verify_shards, write_shards
+from datamodules.tar_reader import shard_samples
 
 
 class Source(Protocol):
@@ -237,7 +239,7 @@ class MemeDataModule(L.LightningDataModule):
         per_worker = math.ceil(batches_per_rank / workers)
         stages: list[Any] = [
             wds.ResampledShards(urls, seed=self.seed + 7919 * rank, deterministic=True),
-            wds.tarfile_to_samples(handler=wds.reraise_exception),
+            shard_samples,
             wds.shuffle(self.shuffle_buffer, initial=min(self.shuffle_buffer, 100), seed=self.seed + rank),
             wds.map(decode_shard_entry),
         ]
@@ -246,6 +248,7 @@ class MemeDataModule(L.LightningDataModule):
         stages += [
             wds.map(self.preprocessor),
             wds.batched(self.batch_size, collation_fn=self.preprocessor.collate, partial=False),
+            *self._handover(),
         ]
         pipeline = wds.DataPipeline(*stages).with_epoch(per_worker).with_length(per_worker * workers)
         return self._loader(pipeline)
@@ -260,7 +263,7 @@ class MemeDataModule(L.LightningDataModule):
         stages: list[Any] = [
             wds.SimpleShardList(urls),
             ShardsForConsumer(rank, world),
-            wds.tarfile_to_samples(handler=wds.reraise_exception),
+            shard_samples,
             wds.map(decode_shard_entry),
         ]
         if held_out_fold:
@@ -268,6 +271,7 @@ class MemeDataModule(L.LightningDataModule):
         stages += [
             wds.map(self.preprocessor),
             wds.batched(self.eval_batch_size, collation_fn=self.preprocessor.collate, partial=True),
+            *self._handover(),
         ]
         loader = self._loader(wds.DataPipeline(*stages))
         if not self._lockstep_eval(world):
@@ -284,7 +288,7 @@ class MemeDataModule(L.LightningDataModule):
         """One batch from the split's first shard: filler for a rank that was given no shards."""
         pipeline = wds.DataPipeline(
             wds.SimpleShardList(urls[:1]),
-            wds.tarfile_to_samples(handler=wds.reraise_exception),
+            shard_samples,
             wds.map(decode_shard_entry),
             wds.map(self.preprocessor),
             wds.batched(self.eval_batch_size, collation_fn=self.preprocessor.collate, partial=True),
@@ -296,6 +300,10 @@ class MemeDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._eval_dataloader("test")
+
+    def _handover(self) -> list[Any]:
+        """Batches made in worker processes cross to the training process as one shared-memory block."""
+        return [wds.map(one_block)] if self.num_workers > 0 else []
 
     def _loader(self, dataset: torch.utils.data.IterableDataset) -> DataLoader:
         return DataLoader(

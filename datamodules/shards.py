@@ -231,12 +231,11 @@ def read_samples(directory: str | Path, splits: list[str] | None = None) -> list
     """Every sample (image bytes included) of the given splits (None: all), in shard order: for scoring
     whole splits outside a training loop (evaluation, zero-shot, prediction)."""
     from datamodules.sample import decode_shard_entry
+    from datamodules.tar_reader import shard_samples
 
     directory = Path(directory)
     manifest = read_manifest(directory)
     urls = [str(directory / s["name"]) for s in manifest["shards"] if splits is None or s["split"] in splits]
     if not urls:
         raise ValueError(f"{directory}: no shards in splits {splits} (splits: {sorted(manifest['counts']['split'])})")
-    return list(
-        wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(handler=wds.reraise_exception), wds.map(decode_shard_entry))
-    )
+    return list(wds.DataPipeline(wds.SimpleShardList(urls), shard_samples, wds.map(decode_shard_entry)))

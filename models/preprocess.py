@@ -1,13 +1,14 @@
 """Turn raw sample dicts into model inputs: per sample in loader workers, then one batched collate.
 
-Images are decoded and transformed per sample (in workers); texts are tokenized once per batch with
-the fast tokenizer; labels become one tensor per head with -1 where the head was not annotated.
+Images are decoded and resized per sample (in workers) and normalised once per batch
+(models/pixels.py); texts are tokenized once per batch with the fast tokenizer; labels become one
+tensor per head with -1 where the head was not annotated.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -15,16 +16,24 @@ from PIL import Image
 from transformers import AutoImageProcessor, AutoTokenizer
 
 from models.backbones.image import timm_transform
+from models.pixels import PixelPipeline
 
 
-class HFImageTransform:
-    """A Hugging Face image processor (e.g. CLIP's) as a per-image transform (PIL → tensor), picklable for workers."""
+class HFImagePixels:
+    """A Hugging Face image processor (e.g. CLIP's) with PixelPipeline's interface: its own per-image
+    resize and normalisation, batches stacked; picklable for workers."""
 
     def __init__(self, name_or_path: str) -> None:
         self.processor = AutoImageProcessor.from_pretrained(name_or_path)
 
-    def __call__(self, image: Image.Image) -> torch.Tensor:
+    def decode(self, data: bytes) -> Image.Image:
+        return Image.open(io.BytesIO(data)).convert("RGB")
+
+    def image(self, image: Image.Image) -> torch.Tensor:
         return self.processor(images=image, return_tensors="pt")["pixel_values"][0]
+
+    def batch(self, images: Sequence[torch.Tensor]) -> torch.Tensor:
+        return torch.stack(list(images))
 
 
 class MemePreprocessor:
@@ -38,7 +47,10 @@ class MemePreprocessor:
         image_model: str | None = None,
         image_size: int | None = None,
         image_processor: str | None = None,
+        draft_decode: bool = True,
     ) -> None:
+        """`draft_decode`: decode JPEGs at a reduced DCT scale that still covers the model's input size
+        (models/pixels.py); false decodes every image at full size first."""
         if tokenizer is None and image_model is None and image_processor is None:
             raise ValueError("a preprocessor needs a tokenizer, an image model (timm) or image processor (HF), or both")
         if image_model and image_processor:
@@ -46,22 +58,21 @@ class MemePreprocessor:
         self.heads = {name: dict(spec) for name, spec in heads.items()}
         self.max_length = max_length
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None
-        self.transform: Callable | None = None
+        self.pixels: PixelPipeline | HFImagePixels | None = None
         if image_model:
-            self.transform = timm_transform(image_model, image_size)
+            self.pixels = PixelPipeline(timm_transform(image_model, image_size), draft=draft_decode)
         elif image_processor:
-            self.transform = HFImageTransform(image_processor)
-            crop = getattr(self.transform.processor, "crop_size", None) or {}
+            self.pixels = HFImagePixels(image_processor)
+            crop = getattr(self.pixels.processor, "crop_size", None) or {}
             image_size = image_size or crop.get("height")
         self.image_size = image_size
 
     def _pixels(self, sample: dict[str, Any]) -> torch.Tensor:
         data = sample.get("image")
         if data is None:  # text-only item: a placeholder keeps every rank calling the vision tower
-            return self.transform(Image.new("RGB", (self.image_size or 224,) * 2))
+            return self.pixels.image(Image.new("RGB", (self.image_size or 224,) * 2))
         try:
-            with Image.open(io.BytesIO(data)) as image:
-                return self.transform(image.convert("RGB"))
+            return self.pixels.image(self.pixels.decode(data))
         except Exception as error:  # noqa: BLE001 - re-raised with the sample named
             raise ValueError(f"sample {sample.get('id')}: image cannot be decoded ({error})") from error
 
@@ -69,7 +80,7 @@ class MemePreprocessor:
         features: dict[str, Any] = {"id": sample["id"], "labels": sample["labels"]}
         if self.tokenizer is not None:
             features["text"] = sample["text"]
-        if self.transform is not None:
+        if self.pixels is not None:
             features["pixel_values"] = self._pixels(sample)
         return features
 
@@ -80,8 +91,8 @@ class MemePreprocessor:
                 [f["text"] for f in features], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
             )
             batch["input_ids"], batch["attention_mask"] = tokens["input_ids"], tokens["attention_mask"]
-        if self.transform is not None:
-            batch["pixel_values"] = torch.stack([f["pixel_values"] for f in features])
+        if self.pixels is not None:
+            batch["pixel_values"] = self.pixels.batch([f["pixel_values"] for f in features])
         batch["labels"] = label_tensors(features, self.heads)
         return batch
 

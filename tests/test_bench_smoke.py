@@ -88,3 +88,29 @@ def test_committed_results_cover_every_benchmark():
 def test_readme_table_is_rendered_from_the_committed_results():
     assert readme_block(README.read_text()) == render(load_results()).strip(), "run python scripts/bench_table.py"
     assert not any(p.name.startswith("smoke") for p in RESULTS.glob("*.json"))
+
+
+def test_the_file_loader_baseline_makes_the_same_model_inputs_as_crossmod_without_draft(tmp_path):
+    """The conventional baseline differs from crossmod's pipeline in how it works, not in what it delivers."""
+    import torch
+
+    from datamodules.synthetic import SyntheticMemeSource, caption_corpus
+    from models.backbones.tiny import build_tiny_bert
+    from models.preprocess import MemePreprocessor
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from file_memes import ConventionalPreprocessing
+
+    heads = {c: {"kind": "binary"} for c in ("US", "DE", "MX", "IN", "CN")}
+    tokenizer = build_tiny_bert(tmp_path / "bert", caption_corpus())
+    exact = MemePreprocessor(heads, tokenizer=str(tokenizer), image_model="test_efficientnet.r160_in1k", image_size=64, draft_decode=False)
+    baseline = ConventionalPreprocessing(exact)
+    samples = []
+    for sample in SyntheticMemeSource(num_groups=2, image_size=128):
+        samples.append({"id": sample.id, "text": sample.text, "image": sample.image, "labels": sample.labels})
+    ours = exact.collate([exact(s) for s in samples])
+    theirs = baseline.collate([baseline(s) for s in samples])
+    assert ours["ids"] == theirs["ids"] and set(ours) == set(theirs)
+    for key in ("input_ids", "attention_mask", "pixel_values"):
+        assert torch.equal(ours[key], theirs[key]), key
+    assert all(torch.equal(ours["labels"][h], theirs["labels"][h]) for h in heads)

@@ -1,0 +1,64 @@
+"""Image bytes → normalised pixel batches, with the per-image work kept to what must be per image.
+
+A timm / torchvision eval transform is `Resize → CenterCrop → ToTensor → Normalize`. Run per image,
+the float conversion and normalisation cost as much as the resize; they are the same arithmetic on a
+stacked batch. So the transform is split at its ToTensor step: the geometry runs per image in the
+loader workers and yields uint8, conversion and normalisation run once per batch in `collate`
+(bit-identical results). JPEGs are decoded with libjpeg's DCT scaling (`Image.draft`) at the
+smallest scale still at least the size the first Resize asks for: a 2–8× smaller decode instead of a
+full-size decode followed by a downscale. The resize then finishes from the nearest larger scale, so
+pixels differ slightly from a full-size decode; `draft=False` restores them exactly.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision import transforms
+
+TO_TENSOR_STEPS = ("ToTensor", "MaybeToTensor")
+
+
+def _draft_size(first: object) -> tuple[int, int] | None:
+    """The (width, height) a leading Resize needs at least, or None when the transform starts otherwise."""
+    if not isinstance(first, transforms.Resize):
+        return None
+    size = first.size
+    if isinstance(size, int):
+        return size, size
+    if len(size) == 1:
+        return size[0], size[0]
+    return size[1], size[0]
+
+
+class PixelPipeline:
+    """Decode + geometry per image (uint8 CHW), float conversion + normalisation per batch."""
+
+    def __init__(self, transform: Callable, draft: bool = True) -> None:
+        steps: Sequence = getattr(transform, "transforms", [transform])
+        names = [type(step).__name__ for step in steps]
+        cut = next((i for i, name in enumerate(names) if name in TO_TENSOR_STEPS), None)
+        if cut is None or not all(isinstance(step, transforms.Normalize) for step in steps[cut + 1 :]):
+            raise ValueError(f"cannot split image transform {names} at a ToTensor step followed only by Normalize")
+        self.per_image = transform  # the unsplit transform (full-size decode): the reference the split reproduces
+        self.geometry = transforms.Compose(list(steps[:cut]))
+        self.normalize = transforms.Compose(list(steps[cut + 1 :]))
+        self.draft_size = _draft_size(steps[0]) if draft and cut > 0 else None
+
+    def decode(self, data: bytes) -> Image.Image:
+        image = Image.open(io.BytesIO(data))
+        if self.draft_size is not None:
+            image.draft("RGB", self.draft_size)  # JPEG only; other formats ignore it
+        return image.convert("RGB")
+
+    def image(self, image: Image.Image) -> torch.Tensor:
+        """One RGB image through the geometry: uint8, channels first (what ToTensor would scale)."""
+        return torch.from_numpy(np.array(self.geometry(image), dtype=np.uint8)).permute(2, 0, 1)
+
+    def batch(self, images: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Stacked uint8 images → float in [0, 1] → the transform's normalisation, once for the batch."""
+        return self.normalize(torch.stack(list(images)).float().div_(255))
