@@ -216,6 +216,24 @@ def build_model(overrides: list[str]):
     return model, cfg
 
 
+def bare_trainer(**kwargs: Any):
+    """A one-epoch CPU Trainer with nothing around the loop (no logger, checkpoints, progress bar, summary,
+    sanity check): the benchmarks' measured loops, with their own steps, callbacks and profiler."""
+    import lightning as L
+
+    base = dict(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    return L.Trainer(**{**base, **kwargs})
+
+
 def synthetic_samples(count: int, image_size: int = 128, seed: int = 0) -> list:
     """The first `count` Sample records of the synthetic generator (as the data config draws them)."""
     from datamodules.synthetic import SyntheticMemeSource

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common import bare_trainer
 from file_memes import FileMemes, evict
 
 
@@ -146,21 +147,7 @@ def wait_run(shard_dir: Path, model, workers: int, batch_size: int, memes: int, 
     profiler, stamps = FetchWait(), Stamps()
     root = tempfile.mkdtemp(prefix="crossmod-bench-wait-")
     try:
-        trainer = L.Trainer(
-            accelerator="cpu",
-            devices=1,
-            max_epochs=1,
-            max_steps=steps,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            limit_val_batches=0,
-            profiler=profiler,
-            callbacks=[stamps],
-            default_root_dir=root,
-        )
+        trainer = bare_trainer(max_steps=steps, limit_val_batches=0, profiler=profiler, callbacks=[stamps], default_root_dir=root)
         trainer.fit(model, train_dataloaders=dm.train_dataloader())
     finally:
         shutil.rmtree(root, ignore_errors=True)

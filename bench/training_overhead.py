@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Result, build_model, column, interleave, parser, raw_dict, repeats, stats, synthetic_samples  # noqa: E402
+from common import Result, bare_trainer, build_model, column, interleave, parser, raw_dict, repeats, stats, synthetic_samples  # noqa: E402
 
 NAME = "training_overhead"
 TARGET = 1.10
@@ -114,7 +114,6 @@ class BatchList:
 
 
 def trainer_run(base, batches: list[dict], warmup: int, steps: int, configured: bool, cfg) -> dict[str, float]:
-    import lightning as L
     from hydra.utils import instantiate
     from torch.utils.data import DataLoader
 
@@ -150,19 +149,7 @@ def trainer_run(base, batches: list[dict], warmup: int, steps: int, configured: 
                 logger=loggers or False,
             )
         else:
-            trainer = L.Trainer(
-                accelerator="cpu",
-                devices=1,
-                max_epochs=1,
-                max_steps=total,
-                logger=False,
-                enable_checkpointing=False,
-                enable_progress_bar=False,
-                enable_model_summary=False,
-                num_sanity_val_steps=0,
-                default_root_dir=str(root),
-                callbacks=[timer.callback],
-            )
+            trainer = bare_trainer(max_steps=total, default_root_dir=str(root), callbacks=[timer.callback])
         trainer.fit(model, train_dataloaders=loader)
         return {**step_times(timer.callback.starts, warmup, steps), "log": statistics.median(log_times[warmup:])}
     finally:

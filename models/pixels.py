@@ -1,13 +1,18 @@
 """Image bytes → normalised pixel batches, with the per-image work kept to what must be per image.
 
 A timm / torchvision eval transform is `Resize → CenterCrop → ToTensor → Normalize`. Run per image,
-the float conversion and normalisation cost as much as the resize; they are the same arithmetic on a
-stacked batch. So the transform is split at its ToTensor step: the geometry runs per image in the
-loader workers and yields uint8, conversion and normalisation run once per batch in `collate`
-(bit-identical results). JPEGs are decoded with libjpeg's DCT scaling (`Image.draft`) at the
-smallest scale still at least the size the first Resize asks for: a 2–8× smaller decode instead of a
-full-size decode followed by a downscale. The resize then finishes from the nearest larger scale, so
-pixels differ slightly from a full-size decode; `draft=False` restores them exactly.
+the float conversion and normalisation cost as much as a small image's decode; they are the same
+arithmetic on a stacked batch. So the transform is split at its ToTensor step: the geometry runs per
+image in the loader workers and yields uint8, conversion and normalisation run once per batch in
+`collate` (bit-identical results). JPEGs are decoded by torchvision's libjpeg-turbo decoder, about
+half the time of PIL's for a small meme and pixel-identical to it (tested); the geometry stays
+PIL's, so the model sees exactly what the per-image transform gives.
+
+`draft=True` (opt-in) decodes JPEGs with libjpeg's DCT scaling (`Image.draft`) at the smallest scale
+still at least the size the first Resize asks for, skipping most of the decode and the resize. It
+changes what the model sees: DCT scaling keeps detail an antialiased resize blurs away (on the
+synthetic memes an image-only model then reads enough of the rendered caption to reach val AUROC
+0.83 instead of 0.73, seed 1234), so it is a speed knob to validate per dataset, not a default.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import numpy as np
 import torch
 from PIL import Image
 from torchvision import transforms
+from torchvision.io import ImageReadMode, decode_jpeg
 
 TO_TENSOR_STEPS = ("ToTensor", "MaybeToTensor")
+JPEG_SIGNATURE = b"\xff\xd8\xff"
 
 
 def _draft_size(first: object) -> tuple[int, int] | None:
@@ -38,7 +45,7 @@ def _draft_size(first: object) -> tuple[int, int] | None:
 class PixelPipeline:
     """Decode + geometry per image (uint8 CHW), float conversion + normalisation per batch."""
 
-    def __init__(self, transform: Callable, draft: bool = True) -> None:
+    def __init__(self, transform: Callable, draft: bool = False) -> None:
         steps: Sequence = getattr(transform, "transforms", [transform])
         names = [type(step).__name__ for step in steps]
         cut = next((i for i, name in enumerate(names) if name in TO_TENSOR_STEPS), None)
@@ -50,6 +57,14 @@ class PixelPipeline:
         self.draft_size = _draft_size(steps[0]) if draft and cut > 0 else None
 
     def decode(self, data: bytes) -> Image.Image:
+        """RGB image; an undecodable input raises PIL's error (the caller names the sample)."""
+        if self.draft_size is None and data[:3] == JPEG_SIGNATURE:
+            try:
+                pixels = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+            except RuntimeError:  # corrupt or unusual: PIL below decodes it or says what is wrong
+                pixels = None
+            if pixels is not None:
+                return Image.fromarray(pixels.permute(1, 2, 0).contiguous().numpy())
         image = Image.open(io.BytesIO(data))
         if self.draft_size is not None:
             image.draft("RGB", self.draft_size)  # JPEG only; other formats ignore it

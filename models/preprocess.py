@@ -47,10 +47,10 @@ class MemePreprocessor:
         image_model: str | None = None,
         image_size: int | None = None,
         image_processor: str | None = None,
-        draft_decode: bool = True,
+        draft_decode: bool = False,
     ) -> None:
-        """`draft_decode`: decode JPEGs at a reduced DCT scale that still covers the model's input size
-        (models/pixels.py); false decodes every image at full size first."""
+        """`draft_decode`: decode JPEGs at a reduced DCT scale that still covers the model's input size:
+        faster, but it changes what the model sees (models/pixels.py); validate it per dataset."""
         if tokenizer is None and image_model is None and image_processor is None:
             raise ValueError("a preprocessor needs a tokenizer, an image model (timm) or image processor (HF), or both")
         if image_model and image_processor:

@@ -29,15 +29,28 @@ def _reference(transform, data: list[bytes]) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("size", [64, 96])
-def test_without_draft_the_batch_is_bit_identical_to_the_per_image_transform(size):
+def test_by_default_the_batch_is_bit_identical_to_the_per_image_transform(size):
     transform = timm_transform(MODEL, size)
-    pixels = PixelPipeline(transform, draft=False)
+    pixels = PixelPipeline(transform)
     data = [_encoded(150, 97, "JPEG", 0), _encoded(97, 150, "PNG", 1), _encoded(300, 300, "JPEG", 2)]
     per_image = [pixels.image(pixels.decode(d)) for d in data]
     assert all(t.dtype == torch.uint8 for t in per_image)
     batch = pixels.batch(per_image)
     assert batch.shape == (3, 3, size, size) and batch.dtype == torch.float32
     assert torch.equal(batch, _reference(transform, data))
+
+
+def test_jpegs_decode_to_pils_pixels_and_broken_ones_fail_with_pils_error():
+    pixels = PixelPipeline(timm_transform(MODEL, 64))
+    gray, cmyk = io.BytesIO(), io.BytesIO()
+    Image.new("L", (40, 30), 90).save(gray, format="JPEG")
+    Image.new("CMYK", (40, 30), (10, 20, 30, 40)).save(cmyk, format="JPEG")
+    for data in (_encoded(150, 97, "JPEG", 0), gray.getvalue(), cmyk.getvalue()):
+        expected = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        assert np.array_equal(np.asarray(pixels.decode(data)), expected)
+    truncated = _encoded(150, 97, "JPEG", 0)[:300]
+    with pytest.raises(OSError, match="truncated|Truncated"):
+        pixels.decode(truncated)
 
 
 def test_draft_decodes_large_jpegs_at_a_reduced_scale_close_to_the_full_decode():
