@@ -12,11 +12,13 @@ def main(cfg: DictConfig) -> float | None:
 
     OmegaConf.resolve(cfg)
     metrics = run(cfg)
+    if not metrics["best"].get("val") and metrics["selection"]["rule"] == "last":
+        return None  # cv.selection=last has no validation set to offer a sweeper (the held-out fold is not one)
     return optimized_value(metrics, cfg.optimized_metric)
 
 
 def optimized_value(metrics: dict, key: str) -> float:
-    """`val/mean/auroc` (or `val/loss`) of the best checkpoint, for sweepers that read the return value."""
+    """`val/mean/auroc` (or `val/loss`) of the selected weights, for sweepers that read the return value."""
     stage, *rest = key.split("/")
     head, metric = rest if len(rest) == 2 else ("all", rest[-1])
     value = metrics["best"].get(stage, {}).get(head, {}).get(metric)

@@ -1,4 +1,10 @@
-"""Grouped, stratified k-fold assignment, stored in the manifest so every rank and rerun agrees."""
+"""Grouped, stratified k-fold assignment, stored in the manifest so every rank and rerun agrees.
+
+A fold run (`fold=k`) gives every group one role: `test` (the held-out fold k, scored once at the
+end), `val` (what checkpointing and early stopping may look at) or `train`. Under the `inner` rule
+the `val` groups are carved from the training folds by a second grouped, stratified split, stored
+beside the outer assignment; no group of fold k ever gets a role other than `test`.
+"""
 
 from __future__ import annotations
 
@@ -47,6 +53,60 @@ def find_folds(manifest: dict[str, Any], num_folds: int, seed: int, splits: list
         if entry["num_folds"] == num_folds and entry["seed"] == seed and entry["splits"] == sorted(splits):
             return entry
     return None
+
+
+def _inner_entry(entry: dict[str, Any], fold: int, share: float) -> dict[str, Any] | None:
+    for inner in entry.get("inner", []):
+        if inner["fold"] == fold and inner["share"] == share:
+            return inner
+    return None
+
+
+def inner_validation(entry: dict[str, Any], fold: int, share: float) -> dict[str, Any]:
+    """The stored inner validation split of outer fold `fold` (see `ensure_inner_validation`)."""
+    inner = _inner_entry(entry, fold, share)
+    if inner is None:
+        raise RuntimeError(f"no inner validation split for fold {fold} (share {share}) in the manifest; run prepare_data first")
+    return inner
+
+
+def ensure_inner_validation(directory: str | Path, entry: dict[str, Any], fold: int, share: float) -> dict[str, Any]:
+    """Carve a grouped, stratified validation split (≈ `share` of the groups) from the folds other than `fold`.
+
+    Stored in the manifest inside the outer fold entry, so every rank and rerun selects on the same
+    memes. Call under the dataset's lock.
+    """
+    if not 0 < share < 0.5:
+        raise ValueError(f"cv.inner_share must be in (0, 0.5), got {share}")
+    existing = _inner_entry(entry, fold, share)
+    if existing is not None:
+        return existing
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    stored = find_folds(manifest, entry["num_folds"], entry["seed"], entry["splits"])
+    heads = list(manifest["heads"])
+    assignment = stored["assignment"]
+    groups, strata = [], []
+    shard_names = [s["name"] for s in manifest["shards"] if s["split"] in stored["splits"]]
+    for record in iter_records(directory, shard_names):
+        if assignment[record["group"]] != fold:
+            groups.append(record["group"])
+            strata.append(stratum(record["labels"], heads))
+    parts = max(2, round(1 / share))
+    held = assign_folds(groups, strata, parts, seed=stored["seed"] + 1 + fold)
+    val_groups = sorted(g for g, part in held.items() if part == 0)
+    chosen = set(val_groups)
+    inner = {"fold": fold, "share": share, "groups": val_groups, "samples": sum(1 for g in groups if g in chosen)}
+    stored.setdefault("inner", []).append(inner)
+    write_json_atomic(directory / "manifest.json", manifest)
+    entry.setdefault("inner", []).append(inner)
+    return inner
+
+
+def fold_roles(entry: dict[str, Any], fold: int, val_groups: list[str] | None) -> dict[str, str]:
+    """Group → `test` (held-out fold), `val` (selection, when an inner split is used) or `train`."""
+    val = set(val_groups or ())
+    return {g: "test" if k == fold else "val" if g in val else "train" for g, k in entry["assignment"].items()}
 
 
 def ensure_folds(directory: str | Path, num_folds: int, seed: int, splits: list[str]) -> dict[str, Any]:

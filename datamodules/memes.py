@@ -3,6 +3,11 @@
 Training streams resampled shards with a fixed epoch length, so every rank runs the same number of
 batches. Evaluation is exact: each val/test shard goes to exactly one (rank, worker) consumer, so
 every sample is scored once, whatever the number of ranks, workers and shards.
+
+In a fold run (`fold=k`) the held-out fold is the `test` stage and nothing else: the training stream
+and the validation set that checkpointing/early stopping see are drawn from the other folds only
+(`selection`: `inner` carves a validation split from them, or uses the dataset's own validation split
+when it has one; `last` has no validation set, the final weights are scored).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from filelock import FileLock
 from torch.utils.data import DataLoader, get_worker_info
 
 from datamodules.even_batches import EvenBatches, sum_over_ranks
-from datamodules.folds import ensure_folds, find_folds
+from datamodules.folds import ensure_folds, ensure_inner_validation, find_folds, fold_roles, inner_validation, iter_records
 from datamodules.one_block import one_block
 from datamodules.sample import decode_shard_entry
 from datamodules.shards import conversion_summary, fingerprint, read_manifest, verify_shards, write_shards
@@ -56,17 +61,27 @@ class ShardsForConsumer:
                 yield item
 
 
-class FoldFilter:
-    """Keep samples whose group is (or is not) in the held-out fold."""
+SELECTIONS = ("inner", "last")
+# What chose the weights that score a run's test stage (recorded in metrics.json, fold_result.json, CV reports).
+RULES = {
+    "dataset_val": "best checkpoint on the dataset's own validation split; test = the dataset's test split",
+    "val_split": "best checkpoint on the dataset's own validation split; the held-out fold is scored once by it",
+    "inner": "best checkpoint on an inner validation split carved from the training folds; the held-out fold is scored once by it",
+    "last": "final weights after the configured schedule, no selection; the held-out fold is scored once by them",
+}
 
-    def __init__(self, assignment: dict[str, int], fold: int, held_out: bool) -> None:
-        self.assignment, self.fold, self.held_out = assignment, fold, held_out
+
+class RoleFilter:
+    """Keep samples whose group has the given role (`train`, `val`, `test`) in this fold run."""
+
+    def __init__(self, roles: dict[str, str], role: str) -> None:
+        self.roles, self.role = roles, role
 
     def __call__(self, sample: dict[str, Any]) -> bool:
         group = sample["group"]
-        if group not in self.assignment:
+        if group not in self.roles:
             raise KeyError(f"sample {sample['id']}: group {group} has no fold in the manifest (stale shards?)")
-        return (self.assignment[group] == self.fold) == self.held_out
+        return self.roles[group] == self.role
 
 
 class MemeDataModule(L.LightningDataModule):
@@ -97,11 +112,15 @@ class MemeDataModule(L.LightningDataModule):
         preprocessor: Preprocessor | None = None,
         raw_dir: str | None = None,
         on_error: str = "raise",
+        selection: str = "inner",
+        inner_share: float = 0.15,
     ) -> None:
         """`raw_dir` and `on_error` are config handles (`data.raw_dir=…`, `data.on_error=skip`) that data
         configs pass on to their source; skipping bad inputs is allowed when `allow_skip`, `on_error`
         or the source's own `on_error` says so. `even_eval_batches` (auto: under ZeRO-3 with several
         ranks) keeps evaluation batches in lockstep across ranks (datamodules/even_batches.py).
+        `selection` and `inner_share` (`cv.selection`, `cv.inner_share`) say how a fold run's weights
+        are chosen without its held-out fold (see RULES).
         """
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -112,6 +131,9 @@ class MemeDataModule(L.LightningDataModule):
             raise ValueError("MemeDataModule needs shard_root (where converted shards are cached) or shard_dir")
         if fold is not None and not 0 <= fold < num_folds:
             raise ValueError(f"fold={fold} is outside 0..{num_folds - 1} (num_folds={num_folds})")
+        if selection not in SELECTIONS:
+            raise ValueError(f"cv.selection must be one of {SELECTIONS}, got {selection!r} (the held-out fold is never a selection set)")
+        self.selection, self.inner_share = selection, inner_share
         self.heads = {name: dict(spec) for name, spec in heads.items()}
         self.source, self.fold, self.num_folds, self.fold_seed = source, fold, num_folds, fold_seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
@@ -130,6 +152,7 @@ class MemeDataModule(L.LightningDataModule):
             self.dataset_dir = Path(shard_root) / f"{source.name}-{fingerprint(source.params())}"
         self.manifest: dict[str, Any] = {}
         self.folds: dict[str, Any] | None = None
+        self.roles: dict[str, str] | None = None  # group → train / val / test in a fold run
 
     # ---------------------------------------------------------------- preparation
     def prepare_data(self) -> None:
@@ -159,7 +182,9 @@ class MemeDataModule(L.LightningDataModule):
             elif self.verify:
                 verify_shards(self.dataset_dir)
             if self.fold is not None:
-                ensure_folds(self.dataset_dir, self.num_folds, self.fold_seed, self.fold_splits)
+                entry = ensure_folds(self.dataset_dir, self.num_folds, self.fold_seed, self.fold_splits)
+                if self._rule(read_manifest(self.dataset_dir)) == "inner":
+                    ensure_inner_validation(self.dataset_dir, entry, self.fold, self.inner_share)
 
     def _source_summary(self) -> dict[str, Any]:
         summary = getattr(self.source, "summary", None)
@@ -167,7 +192,28 @@ class MemeDataModule(L.LightningDataModule):
 
     @property
     def fold_splits(self) -> list[str]:
-        return sorted(set(self.train_splits) | set(self.val_splits))
+        """The splits folds divide: the training splits (a dataset's own validation split stays a validation split)."""
+        return sorted(set(self.train_splits))
+
+    def _own_validation(self, manifest: dict[str, Any]) -> bool:
+        return bool(set(manifest["counts"]["split"]) & set(self.val_splits))
+
+    def _rule(self, manifest: dict[str, Any]) -> str:
+        if self.fold is None:
+            return "dataset_val"
+        if self.selection == "last":
+            return "last"
+        return "val_split" if self._own_validation(manifest) else "inner"
+
+    @property
+    def selection_rule(self) -> str:
+        """Which rule chose the weights scored on the test stage (a key of RULES); needs `setup`."""
+        return self._rule(self.manifest)
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether fit has a validation set to select on (not under `last`)."""
+        return self.selection_rule != "last"
 
     # ---------------------------------------------------------------- setup
     def setup(self, stage: str | None = None) -> None:
@@ -182,6 +228,8 @@ class MemeDataModule(L.LightningDataModule):
                 raise RuntimeError(
                     f"{self.dataset_dir}: no fold assignment for num_folds={self.num_folds}, seed={self.fold_seed}; run prepare_data first"
                 )
+            inner = inner_validation(self.folds, self.fold, self.inner_share) if self.selection_rule == "inner" else None
+            self.roles = fold_roles(self.folds, self.fold, inner["groups"] if inner else None)
 
     def _check_splits(self) -> None:
         """fold=null trains on the dataset's own splits; an evaluation-only set needs cross-validation."""
@@ -214,17 +262,34 @@ class MemeDataModule(L.LightningDataModule):
         return 0, 1
 
     @property
-    def has_test_split(self) -> bool:
-        return bool(self._shards(self.test_splits))
+    def has_test_stage(self) -> bool:
+        """A fold run always tests its held-out fold; otherwise only a dataset with a test split has a test stage."""
+        return self.roles is not None or bool(self._shards(self.test_splits))
 
     def num_samples(self, stage: str) -> int:
         """Samples in a stage's stream (train / val / test) under the current split or fold."""
         by_split = self.manifest["counts"]["split"]
-        if self.folds is None or (stage == "test" and self.has_test_split):
+        rule = self.selection_rule
+        if self.folds is None or (stage == "val" and rule == "val_split"):
             splits = {"train": self.train_splits, "val": self.val_splits, "test": self.test_splits}[stage]
             return sum(by_split.get(split, 0) for split in splits)
         per_fold = self.folds["samples_per_fold"]
-        return sum(per_fold) - per_fold[self.fold] if stage == "train" else per_fold[self.fold]
+        inner = inner_validation(self.folds, self.fold, self.inner_share)["samples"] if rule == "inner" else 0
+        if stage == "test":
+            return per_fold[self.fold]
+        if stage == "val":
+            return inner
+        return sum(per_fold) - per_fold[self.fold] - inner
+
+    def held_out_labels(self) -> dict[str, dict[str, Any]]:
+        """Every dataset head's label for each held-out sample of this fold run (id → head → label).
+
+        Reports score a single-culture model against every culture's labels with it (Table 11).
+        """
+        if self.roles is None:
+            raise RuntimeError("held_out_labels needs a fold run (fold=k) after setup")
+        names = [Path(url).name for url in self._shards(self.fold_splits)]
+        return {r["id"]: r["labels"] for r in iter_records(self.dataset_dir, names) if self.roles[r["group"]] == "test"}
 
     # ---------------------------------------------------------------- loaders
     def train_dataloader(self) -> DataLoader:
@@ -243,8 +308,8 @@ class MemeDataModule(L.LightningDataModule):
             wds.shuffle(self.shuffle_buffer, initial=min(self.shuffle_buffer, 100), seed=self.seed + rank),
             wds.map(decode_shard_entry),
         ]
-        if self.folds is not None:
-            stages.append(wds.select(FoldFilter(self.folds["assignment"], self.fold, held_out=False)))
+        if self.roles is not None:
+            stages.append(wds.select(RoleFilter(self.roles, "train")))
         stages += [
             wds.map(self.preprocessor),
             wds.batched(self.batch_size, collation_fn=self.preprocessor.collate, partial=False),
@@ -253,21 +318,32 @@ class MemeDataModule(L.LightningDataModule):
         pipeline = wds.DataPipeline(*stages).with_epoch(per_worker).with_length(per_worker * workers)
         return self._loader(pipeline)
 
+    def _eval_splits(self, stage: str) -> tuple[list[str], str | None]:
+        """(splits to read, role to keep) of an evaluation stage; role None = the whole splits."""
+        rule = self.selection_rule
+        if rule == "dataset_val":
+            return (self.val_splits if stage == "val" else self.test_splits), None
+        if stage == "test":
+            return self.fold_splits, "test"
+        if rule == "last":
+            raise RuntimeError(
+                f"cv.selection=last has no validation set (fold {self.fold}): the final weights are scored on the "
+                "held-out fold as test; use cv.selection=inner to select on data outside the held-out fold"
+            )
+        return (self.val_splits, None) if rule == "val_split" else (self.fold_splits, "val")
+
     def _eval_dataloader(self, stage: str) -> DataLoader:
         rank, world = self._rank_world()
-        held_out_fold = self.folds is not None and not (stage == "test" and self.has_test_split)
-        splits = self.fold_splits if held_out_fold else (self.val_splits if stage == "val" else self.test_splits)
+        splits, role = self._eval_splits(stage)
         urls = self._shards(splits)
-        if not urls and stage == "test" and self.folds is None:
-            splits, urls = self.val_splits, self._shards(self.val_splits)
         stages: list[Any] = [
             wds.SimpleShardList(urls),
             ShardsForConsumer(rank, world),
             shard_samples,
             wds.map(decode_shard_entry),
         ]
-        if held_out_fold:
-            stages.append(wds.select(FoldFilter(self.folds["assignment"], self.fold, held_out=True)))
+        if role is not None:
+            stages.append(wds.select(RoleFilter(self.roles, role)))
         stages += [
             wds.map(self.preprocessor),
             wds.batched(self.eval_batch_size, collation_fn=self.preprocessor.collate, partial=True),

@@ -2,10 +2,11 @@
 
 Finds every fold run (a directory with `fold_result.json`, written by the cross-validation
 callback) under the given directory, groups them by
-experiment, and writes per experiment: mean ± std per head and metric over folds, pooled out-of-fold
-AUROC, the culture alignment matrix (each head's scores against each culture's labels, best marked),
-ROC and heatmap PNGs, `cv_summary.json` and a markdown summary. Missing or duplicated folds are
-reported and never averaged over.
+experiment, and writes per experiment: mean ± std per head and metric over folds of the held-out
+fold's single test pass, pooled out-of-fold AUROC, the culture alignment matrix (each head's scores
+against each culture's labels, best marked), ROC and heatmap PNGs, `cv_summary.json` and a markdown
+summary that states the selection rule. Missing or duplicated folds, folds of different rules and
+fold results without a rule (selected on their own held-out fold) are reported and never averaged over.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
+from datamodules.memes import RULES
 from evaluation.alignment import alignment_matrix
 from evaluation.plots import alignment_heatmap, roc_figure
 from training.callbacks.fold_results import FILENAME as FOLD_RESULT
@@ -35,7 +37,8 @@ def find_runs(root: Path) -> dict[str, list[tuple[dict[str, Any], Path]]]:
 
 
 def binary_oof(result: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
-    """Out-of-fold scores of binary heads (scalar probabilities): head → id → p, head → id → label."""
+    """Out-of-fold scores of binary heads (scalar probabilities): head → id → p, and every binary
+    dataset head's labels of the held-out memes (culture → id → label), not only the model's heads."""
     probs: dict[str, dict[str, float]] = defaultdict(dict)
     labels: dict[str, dict[str, int]] = defaultdict(dict)
     oof = result["oof_predictions"]
@@ -45,7 +48,32 @@ def binary_oof(result: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dic
         probs[head][sample_id] = prob
         if label is not None:
             labels[head][sample_id] = label
+    for sample_id, heads in result.get("held_out_labels", {}).items():
+        for head, label in heads.items():
+            if isinstance(label, int) and label in (0, 1):
+                labels[head][sample_id] = label
     return dict(probs), dict(labels)
+
+
+def rule_of(result: dict[str, Any]) -> str | None:
+    return (result.get("selection") or {}).get("rule")
+
+
+def check_rules(runs: list[tuple[dict[str, Any], Path]]) -> tuple[list[tuple[dict[str, Any], Path]], list[str]]:
+    """Keep fold results that name their selection rule; the folds of one report must share one rule."""
+    problems = []
+    unruled = [d for r, d in runs if rule_of(r) not in RULES or rule_of(r) == "dataset_val"]
+    if unruled:
+        problems.append(
+            f"{len(unruled)} fold result(s) name no cross-validation selection rule (written when the held-out fold also "
+            f"chose the checkpoint): left out ({', '.join(str(d) for d in unruled)})"
+        )
+    kept = [(r, d) for r, d in runs if rule_of(r) in RULES and rule_of(r) != "dataset_val"]
+    rules = sorted({rule_of(r) for r, _ in kept})
+    if len(rules) > 1:
+        problems.append(f"folds were selected by different rules {rules}: nothing averaged")
+        return [], problems
+    return kept, problems
 
 
 def check_folds(runs: list[tuple[dict[str, Any], Path]]) -> tuple[dict[int, tuple[dict, Path]], list[str]]:
@@ -71,10 +99,10 @@ def check_folds(runs: list[tuple[dict[str, Any], Path]]) -> tuple[dict[int, tupl
 
 
 def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
-    """Mean ± std over folds of the best checkpoint's val metrics, plus pooled out-of-fold scores."""
+    """Mean ± sample std over folds of the held-out folds' metrics, plus pooled out-of-fold scores."""
     per_metric: dict[str, list[float]] = defaultdict(list)
     for result, _ in folds.values():
-        for head, scores in result["best"].items():
+        for head, scores in result["held_out"].items():
             if head == "all":
                 continue
             for name, value in scores.items():
@@ -98,10 +126,14 @@ def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
             labels[head].update(fold_labels.get(head, {}))
     pooled = {}
     for head in probs:
+        if head not in labels:
+            continue
         ids = sorted(labels[head])
         y = [labels[head][i] for i in ids]
         pooled[head] = float(roc_auc_score(y, [probs[head][i] for i in ids])) if len(set(y)) == 2 else math.nan
+    rule = rule_of(next(iter(folds.values()))[0])
     return {
+        "selection": {"rule": rule, "description": RULES[rule]},
         "metrics": summary,
         "pooled_oof_auroc": pooled,
         "alignment": alignment_matrix(dict(probs), dict(labels)),
@@ -114,6 +146,8 @@ def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
 def markdown(name: str, folds: dict, problems: list[str], result: dict[str, Any]) -> str:
     heads = sorted({k.split("/")[1] for k in result["metrics"]} - {"mean"}) + ["mean"]
     lines = [f"# Cross-validation: {name}", "", f"Folds used: {sorted(folds)}; out-of-fold samples: {result['oof_samples']}."]
+    lines += ["", f"Selection rule: **{result['selection']['rule']}** — {result['selection']['description']}."]
+    lines += ["Every number below is the held-out folds' single test pass (mean ± sample std over folds)."]
     lines += [f"- **problem**: {p}" for p in problems] + [""]
     lines += ["| head | AUROC | acc | F1 | pooled OOF AUROC |", "|---|---|---|---|---|"]
     for head in heads:
@@ -139,7 +173,9 @@ def report(root: Path, out: Path | None = None) -> dict[str, Any]:
     """Write one report folder per experiment found under `root`; return the summaries."""
     results = {}
     for name, runs in find_runs(root).items():
-        folds, problems = check_folds(runs)
+        runs, rule_problems = check_rules(runs)
+        folds, problems = check_folds(runs) if runs else ({}, [])
+        problems = rule_problems + problems
         if not folds:
             results[name] = {"problems": problems}
             continue
@@ -179,7 +215,8 @@ def main() -> None:
     for name, result in results.items():
         mean = result.get("metrics", {}).get("cv/mean/auroc_mean")
         std = result.get("metrics", {}).get("cv/mean/auroc_std")
-        print(f"{name}: val mean AUROC {mean:.4f} ± {std:.4f}" if mean is not None else f"{name}: no usable folds")
+        rule = result.get("selection", {}).get("rule")
+        print(f"{name}: held-out mean AUROC {mean:.4f} ± {std:.4f} (selection: {rule})" if mean is not None else f"{name}: no usable folds")
         for problem in result["problems"]:
             print(f"  problem: {problem}")
 

@@ -1,4 +1,8 @@
-"""Train → validate/test the best checkpoint → write run files: what `train.py` runs."""
+"""Train → score the selected weights (validation set, then the test stage once) → write run files: what `train.py` runs.
+
+Which weights are scored is the run's selection rule (`datamodules.memes.RULES`): in a fold run the
+held-out fold is the test stage, scored once at the end, and no choice made during fit ever saw it.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
+from datamodules.memes import RULES
 from training.consolidate import restore_weights, zero_state_dict
 from training.report import print_table
 from training.runs import copy_manifest, nest, save_config, write_metrics
+from training.selection import NO_VALIDATION, without_selection
 from training.slurm_checks import SlurmRequeue, check_allocation
 from training.strategies import is_zero3
 
@@ -43,8 +49,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     # Exact resume everywhere (RNG states travel in checkpoints, the stream is fast-forwarded); the
     # signal handling and requeue only inside a SLURM job.
     callbacks = _instantiate_all(cfg.get("callbacks")) + [SlurmRequeue(enabled=SLURMEnvironment.detect())]
+    no_validation = cfg.get("fold") is not None and datamodule.selection == "last"
+    if no_validation:
+        callbacks = without_selection(callbacks)
     loggers = _instantiate_all(cfg.get("logger"))
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **(NO_VALIDATION if no_validation else {}))
 
     if trainer.is_global_zero:
         save_config(cfg, run_dir)
@@ -57,7 +66,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         final_val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
 
     best = _best_checkpoint(trainer)
-    if not best and cfg.get("train", True):
+    if no_validation:
+        rank_zero_info("cv.selection=last: scoring the final weights on the held-out fold (test), once.")
+    elif not best and cfg.get("train", True):
         rank_zero_info("No best checkpoint (checkpointing disabled or no validation): scoring the current weights.")
     ckpt_path = best or (None if cfg.get("train", True) else cfg.get("ckpt_path"))
     if ckpt_path and is_zero3(trainer.strategy):
@@ -66,9 +77,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         restore_weights(model, zero_state_dict(ckpt_path))
         ckpt_path = None
     scores: dict[str, Any] = {}
-    scores.update(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
-    if cfg.get("test", True):
+    if not no_validation:
+        scores.update(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
+    if cfg.get("test", True) and datamodule.has_test_stage:
         scores.update(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
+    elif cfg.get("test", True):
+        rank_zero_info(f"dataset {datamodule.manifest['dataset']} has no test split {datamodule.test_splits}: no test stage.")
+    rule = datamodule.selection_rule
 
     metrics = {
         "experiment": cfg.name,
@@ -76,6 +91,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "num_folds": cfg.get("num_folds") if cfg.get("fold") is not None else None,
         "seed": cfg.seed,
         "best_checkpoint": best,
+        "selection": {"rule": rule, "description": RULES[rule], "weights": best or "final", "monitor": _monitor(trainer)},
         "global_step": trainer.global_step,
         "epochs": trainer.current_epoch,
         "best": {"val": nest(scores, "val"), "test": nest(scores, "test")},
@@ -88,7 +104,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         copy_manifest(datamodule.dataset_dir, run_dir)
         write_metrics(run_dir, metrics)
         if cfg.get("print_table", True):
-            print_table(metrics, f"{cfg.name} (fold {cfg.get('fold')})")
+            print_table(metrics, f"{cfg.name} (fold {cfg.get('fold')})", f"Selection: {rule} — {RULES[rule]}")
             print(f"Run directory: {run_dir}")
     return metrics
 
@@ -98,6 +114,13 @@ def _best_checkpoint(trainer: L.Trainer) -> str | None:
     for callback in trainer.callbacks:
         if isinstance(callback, ModelCheckpoint) and callback.monitor and callback.best_model_path:
             return callback.best_model_path
+    return None
+
+
+def _monitor(trainer: L.Trainer) -> str | None:
+    for callback in trainer.callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.monitor:
+            return f"{callback.monitor} ({callback.mode})"
     return None
 
 

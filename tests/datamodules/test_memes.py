@@ -70,21 +70,6 @@ def test_training_epochs_have_the_same_fixed_length_on_every_rank(tmp_path, worl
     assert lengths[0] * 8 * world >= dm.num_samples("train")
 
 
-def test_fold_mode_trains_on_other_folds_and_validates_on_fold_k(tmp_path):
-    folds_val = []
-    for fold in range(3):
-        dm = _datamodule(tmp_path, fold=fold, num_folds=3, samples_per_shard=40)
-        val_ids = _ids(dm.val_dataloader())
-        train_groups = {i.rsplit("/", 2)[0] for b in list(dm.train_dataloader()) for i in b["ids"]}
-        val_groups = {i.rsplit("/", 2)[0] for i in val_ids}
-        assert not train_groups & val_groups
-        assert len(val_ids) == dm.num_samples("val")
-        folds_val.append(set(val_ids))
-    assert not (folds_val[0] & folds_val[1] or folds_val[0] & folds_val[2] or folds_val[1] & folds_val[2])
-    total = dm.manifest["counts"]["split"]
-    assert sum(len(v) for v in folds_val) == total["train"] + total["val"]
-
-
 def test_unknown_head_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="head 'FR' is not in the dataset synthetic"):
         dm = MemeDataModule(

@@ -2,10 +2,11 @@
 
 Lightning has no k-fold: each fold is its own process (`fold=k`), and this callback leaves what ties
 the folds together afterwards (`training.cv_report`): `fold_result.json` in the run directory with
-the validation history, the best epoch, the best checkpoint's metrics per head and its out-of-fold
-predictions. The history travels in checkpoints, so a resumed fold keeps its earlier epochs
-(Lightning saves checkpoints after the other callbacks' `on_validation_end`, so each checkpoint's
-history includes its own validation).
+the selection rule, the validation history (the selection set's scores, never the held-out fold's),
+the selected epoch, the held-out fold's metrics per head (its single `test` pass), its out-of-fold
+predictions and every dataset head's labels of the held-out memes. The history travels in
+checkpoints, so a resumed fold keeps its earlier epochs (Lightning saves checkpoints after the other
+callbacks' `on_validation_end`, so each checkpoint's history includes its own validation).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _json_safe(value: Any) -> Any:
 
 
 class FoldResultWriter(L.Callback):
-    """Records validation metrics during fit; after `trainer.validate` of the best checkpoint, writes the fold file.
+    """Records validation metrics during fit; after `trainer.test` of the held-out fold, writes the fold file.
 
     Only folds (`fold` set) write a result file; without a fold the history is still kept in checkpoints.
     """
@@ -63,7 +64,7 @@ class FoldResultWriter(L.Callback):
         num_folds: int | None,
         monitor: str = "val/mean/auroc",
         mode: str = "max",
-        predictions: str = "predictions/val.csv",
+        predictions: str = "predictions/test.csv",
     ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"FoldResultWriter: mode must be 'max' or 'min', got {mode!r}")
@@ -71,6 +72,7 @@ class FoldResultWriter(L.Callback):
         self.fold, self.num_folds, self.monitor, self.mode = fold, num_folds, monitor, mode
         self.predictions = self.dirpath / predictions
         self.history: list[dict[str, Any]] = []
+        self.selection_scores: dict[str, float] = {}
         self._stage: str | None = None
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
@@ -79,11 +81,20 @@ class FoldResultWriter(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        metrics = _floats(trainer.callback_metrics, "val")
         if trainer.state.fn == TrainerFn.FITTING:
+            metrics = _floats(trainer.callback_metrics, "val")
             self.history.append({"epoch": trainer.current_epoch, "step": trainer.global_step, "metrics": metrics})
-        elif trainer.state.fn == TrainerFn.VALIDATING and self.fold is not None and trainer.is_global_zero:
-            self.write(metrics)
+        elif trainer.state.fn == TrainerFn.VALIDATING:
+            self.selection_scores = _floats(trainer.callback_metrics, "val")
+
+    def on_test_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if self.fold is None:
+            return
+        datamodule = trainer.datamodule
+        labels = datamodule.held_out_labels() if trainer.is_global_zero else {}
+        if trainer.is_global_zero:
+            final = {"epoch": trainer.current_epoch - 1, "step": trainer.global_step}
+            self.write(_floats(trainer.callback_metrics, "test"), datamodule.selection_rule, labels, final)
 
     def best_entry(self) -> dict[str, Any] | None:
         """The validation the checkpoint callback would keep (first of equals, like ModelCheckpoint)."""
@@ -93,21 +104,23 @@ class FoldResultWriter(L.Callback):
         sign = 1 if self.mode == "max" else -1
         return max(scored, key=lambda e: (sign * e["metrics"][self.monitor], -e["step"]))
 
-    def write(self, best_metrics: dict[str, float]) -> Path:
+    def write(self, held_out: dict[str, float], rule: str, labels: dict[str, dict[str, Any]], final: dict[str, int]) -> Path:
+        """`held_out`: the test pass over the held-out fold; `rule`: what chose the scored weights; `final`: fit's end."""
         if not self.predictions.is_file():
             raise FileNotFoundError(f"{self.predictions} is missing: the fold result needs the PredictionWriter callback")
-        best = self.best_entry()
+        selected = final if rule == "last" else self.best_entry()
         payload = {
             "experiment": self.experiment,
             "fold": self.fold,
             "num_folds": self.num_folds,
-            "monitor": self.monitor,
-            "mode": self.mode,
-            "best_epoch": None if best is None else best["epoch"],
-            "best_step": None if best is None else best["step"],
-            "best": nest(best_metrics, "val"),
+            "selection": {"rule": rule, "monitor": None if rule == "last" else self.monitor, "mode": self.mode},
+            "selected_epoch": None if selected is None else selected["epoch"],
+            "selected_step": None if selected is None else selected["step"],
+            "held_out": nest(held_out, "test"),
+            "selection_scores": nest(self.selection_scores, "val"),
             "history": [{**e, "metrics": nest(e["metrics"], "val")} for e in self.history],
             "oof_predictions": read_prediction_columns(self.predictions),
+            "held_out_labels": labels,
         }
         path = self.dirpath / FILENAME
         path.parent.mkdir(parents=True, exist_ok=True)
