@@ -1,8 +1,11 @@
 """Read a zero-shot VLM's free-text answer to the Multi3Hate two-option question as 1 / 0 / None.
 
 Protocol (shared/REFERENCE.md §1): the prompt ends with "\\nChoose:\\na: Hate\\nb: Non-hate\\n" or the swapped
-order; prompt index = 2·question + order and an even index means the first letter is Hate. Native-language
-prompts use their own letters (Hindi: क = first option, ख = second). Generations are greedy, up to 40 tokens,
+order; prompt index = 2·question + order and an even index means the first letter is Hate — the rule lives
+here only (`option_order`), the prompt builder and the parser both ask it. Native-language prompts use their
+own option labels ("Hass" / "Kein Hass", "Odio" / "Sin odio", "घृणा" / "गैर नफरत", "仇恨" / "非仇恨") and, in
+Hindi, their own letters (क = first option, ख = second); `label_words(lang)` reads those words besides the
+English ones (the study's relaxed keyword extraction, Appendix B.1). Generations are greedy, up to 40 tokens,
 so an answer may be a bare letter, a letter with its label ("a: Hate"), a sentence ("The answer is b."),
 or only the label words ("Non-hate speech."). Anything we cannot read unambiguously is ``None``: the study
 counts such answers as wrong and reports how many there were.
@@ -48,20 +51,65 @@ class LabelWords(NamedTuple):
 
 ENGLISH_WORDS = LabelWords()
 
+# The native prompt sets' option labels and question wordings, with the negations that contain the hate word
+# (masked first, like the English "non-hate"). Chinese has no spaces, so its words match inside a sentence.
+NATIVE_WORDS: dict[str, LabelWords] = {
+    "de": LabelWords(
+        hate=(r"hass(?:rede|erfüllt)?",),  # Hass, Hassrede, hasserfüllt
+        non_hate=(
+            r"nicht(?:\s+\w+){0,3}?[\s\-_]*hass(?:rede|erfüllt)?",
+            r"kein(?:e|en)?[\s\-_]*hass(?:rede)?",
+        ),  # Nicht-Hassrede, kein Hass
+    ),
+    "es": LabelWords(
+        hate=(r"odio",),  # Odio, discurso de odio
+        non_hate=(r"sin\s+odio", r"no(?:\s+\w+){0,4}?\s+odio"),  # Sin odio, discurso sin odio, no es un discurso de odio
+    ),
+    "hi": LabelWords(
+        hate=(r"घृणा(?:स्पद)?", r"नफ\u093c?रत"),  # घृणा, घृणास्पद (भाषण), नफरत
+        non_hate=(
+            r"गैर[\s\-]*(?:घृणा(?:स्पद)?|नफ\u093c?रत)",  # गैर नफरत, गैर-घृणास्पद
+            r"(?:घृणा(?:स्पद)?|नफ\u093c?रत)(?:\s+भाषण)?\s+नहीं",  # … घृणास्पद भाषण नहीं (है): "is not hate speech"
+        ),
+    ),
+    "zh": LabelWords(
+        hate=(r"仇恨",),  # 仇恨, 仇恨言论
+        non_hate=(r"非仇恨", r"(?:不|没有|无)(?:是|属于|包含|含有|存在)?(?:任何)?仇恨"),  # 非仇恨, 不属于仇恨言论, 没有仇恨
+    ),
+}
+
+
+def label_words(lang: str) -> LabelWords:
+    """The words read as labels for a prompt in ``lang``: the English ones plus that language's own."""
+    native = NATIVE_WORDS.get(lang)
+    if native is None:
+        return ENGLISH_WORDS
+    return LabelWords(hate=ENGLISH_WORDS.hate + native.hate, non_hate=ENGLISH_WORDS.non_hate + native.non_hate)
+
+
 # Words right before a letter that mark it as the chosen option ("Answer: a", "The answer is b", "Option (a)").
-_CUE = re.compile(r"(?:\banswer(?:\s+is|\s+would\s+be)?|\boption|\bchoice(?:\s+is)?|उत्तर(?:\s+है)?)\s*:?\s*$")
+_CUE = re.compile(
+    r"(?:\banswer(?:\s+is|\s+would\s+be)?|\boption|\bchoice(?:\s+is)?|\bantwort(?:\s+ist)?|\brespuesta(?:\s+es)?|\bopción"
+    r"|उत्तर(?:\s+है)?|答案(?:是|为)?|选项?)\s*:?\s*$"
+)
 # What may follow a letter used as an answer ("a)", "a:", "a.", "a - Hate", "b\nbecause …", end of text).
-_TERMINATORS = frozenset(")]}:.,;-–—\n।")
+_TERMINATORS = frozenset(")]}:.,;-–—\n।。、")
 _OPENERS = ("(", "[", "{")
 _QUOTES = "'\"“”‘’«»"
 # Text between two different letters that makes the answer a non-choice ("a or b", "both a and b", "a/b").
-_CONNECTORS = frozenset({"", "or", "and", "nor", "/", ",", "&", "-", "vs", "vs.", "या", "और", "और/या"})
+_CONNECTORS = frozenset(
+    {"", "or", "and", "nor", "/", ",", "&", "-", "vs", "vs.", "oder", "und", "o", "y", "या", "और", "और/या", "或", "和", "还是", "、", "，"}
+)
 # Hedges/refusals: a word-only answer containing these is not a decision ("I cannot determine if this is hate").
 _HEDGE = re.compile(r"\b(?:cannot|can not|unable|not able|not sure|unsure|unclear|sorry|impossible|difficult to|hard to)\b")
 
 
 def _is_wordish(char: str) -> bool:
-    """Letters, digits and combining marks (Devanagari vowel signs/virama are marks, not letters)."""
+    """Letters, digits and combining marks (Devanagari vowel signs/virama are marks, not letters).
+
+    CJK ideographs are not: Chinese writes no spaces, so "答案是a" ends in a standalone letter."""
+    if unicodedata.name(char, "").startswith("CJK UNIFIED IDEOGRAPH"):
+        return False
     return char.isalnum() or unicodedata.category(char).startswith("M")
 
 
@@ -155,16 +203,21 @@ def parse_answer(text: str, hate_option: str, options: tuple[str, str] = DEFAULT
     return word
 
 
-def options_for_prompt(index: int, letters: tuple[str, str] = DEFAULT_LETTERS) -> str:
-    """The letter meaning Hate in prompt ``index`` (= 2·question + order): the first letter for even indices."""
+def option_order(index: int) -> int:
+    """The option order of prompt ``index`` (= 2·question + order): 0 lists Hate first, 1 lists it second."""
     if index < 0:
         raise ValueError(f"prompt index must be >= 0, got {index}")
-    return letters[index % 2]
+    return index % 2
+
+
+def options_for_prompt(index: int, letters: tuple[str, str] = DEFAULT_LETTERS) -> str:
+    """The letter meaning Hate in prompt ``index``: the first letter for even indices (the study's rule)."""
+    return letters[option_order(index)]
 
 
 @dataclass(frozen=True)
 class OptionSet:
-    """The two option letters of one prompt and which of them means Hate; renders and parses that prompt's choices."""
+    """The two option letters of one prompt, which of them means Hate, and the label words read; parses answers."""
 
     letters: tuple[str, str] = DEFAULT_LETTERS
     hate: str = "a"
@@ -174,10 +227,9 @@ class OptionSet:
     def for_prompt(cls, index: int, letters: tuple[str, str] = DEFAULT_LETTERS, words: LabelWords = ENGLISH_WORDS) -> OptionSet:
         return cls(letters=letters, hate=options_for_prompt(index, letters), words=words)
 
-    def choices(self, hate_name: str = "Hate", non_hate_name: str = "Non-hate", header: str = "Choose:") -> str:
-        """The options block of the prompt, e.g. "\\nChoose:\\na: Hate\\nb: Non-hate\\n"."""
-        names = (hate_name, non_hate_name) if self.hate == self.letters[0] else (non_hate_name, hate_name)
-        return f"\n{header}\n{self.letters[0]}: {names[0]}\n{self.letters[1]}: {names[1]}\n"
+    @property
+    def non_hate(self) -> str:
+        return self.letters[1] if self.hate == self.letters[0] else self.letters[0]
 
     def parse(self, text: str) -> int | None:
         return parse_answer(text, self.hate, self.letters, self.words)

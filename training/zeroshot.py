@@ -27,7 +27,6 @@ from torch.utils.data import DataLoader
 
 import training.resolvers  # noqa: F401
 from datamodules.shards import read_samples
-from evaluation.answers import OptionSet
 from evaluation.zeroshot_stats import accuracy_table, markdown, summarise
 
 
@@ -62,9 +61,8 @@ def answer_all(
     by_id = {r["id"]: r for r in records}
     for row in rows:
         record = by_id[row["id"]]
-        spec = preprocessor.prompt.for_language(record["lang"])
-        options_set = OptionSet.for_prompt(prompt_index, tuple(spec.letters))
-        row.update(lang=record["lang"], prediction=options_set.parse(row["generation"]), labels=record["labels"])
+        options = preprocessor.prompt.options(record["lang"])  # letters, hate letter and label words of this prompt
+        row.update(lang=record["lang"], prediction=options.parse(row["generation"]), labels=record["labels"])
     return rows
 
 

@@ -47,10 +47,9 @@ class VLMPreprocessor:
     def option_ids(self, lang: str) -> tuple[int, int]:
         """Token ids of (hate option, non-hate option) for this language's letters; each must be one token."""
         if lang not in self._option_ids:
-            spec = self.prompt.for_language(lang)
-            other = spec.letters[1] if spec.hate_letter == spec.letters[0] else spec.letters[0]
+            options = self.prompt.options(lang)
             ids = []
-            for letter in (spec.hate_letter, other):
+            for letter in (options.hate, options.non_hate):
                 tokens = self.processor.tokenizer.encode(letter, add_special_tokens=False)
                 if len(tokens) != 1:
                     raise ValueError(

@@ -1,10 +1,10 @@
-"""`parse_answer` on real-looking generations, in both option orders (hate = "a" or hate = "b")."""
+"""`parse_answer` on real-looking generations, in both option orders (hate = "a" or hate = "b"), English and native."""
 
 from __future__ import annotations
 
 import pytest
 
-from evaluation.answers import HINDI_LETTERS, OptionSet, options_for_prompt, parse_answer
+from evaluation.answers import HINDI_LETTERS, OptionSet, label_words, option_order, options_for_prompt, parse_answer
 
 # (generation, expected when hate is "a", expected when hate is "b")
 CASES = [
@@ -121,17 +121,86 @@ def test_hate_option_must_be_an_option():
 
 
 def test_prompt_index_sets_the_hate_letter():
+    assert [option_order(i) for i in range(6)] == [0, 1, 0, 1, 0, 1]
     assert [options_for_prompt(i) for i in range(6)] == ["a", "b", "a", "b", "a", "b"]
     assert options_for_prompt(3, HINDI_LETTERS) == "ख"
     with pytest.raises(ValueError):
         options_for_prompt(-1)
 
 
-def test_option_set_renders_and_parses_the_prompt_choices():
+def test_option_set_parses_in_the_prompt_order():
     even, odd = OptionSet.for_prompt(0), OptionSet.for_prompt(5)
-    assert even.choices() == "\nChoose:\na: Hate\nb: Non-hate\n"
-    assert odd.choices() == "\nChoose:\na: Non-hate\nb: Hate\n"
+    assert (even.hate, even.non_hate, odd.hate, odd.non_hate) == ("a", "b", "b", "a")
     assert (even.parse("a"), odd.parse("a"), odd.parse("The answer is b.")) == (1, 0, 1)
-    hindi = OptionSet.for_prompt(1, HINDI_LETTERS)
-    assert hindi.choices("नफरत", "गैर-नफरत", "चुनें:") == "\nचुनें:\nक: गैर-नफरत\nख: नफरत\n"
-    assert hindi.parse("ख") == 1
+    hindi = OptionSet.for_prompt(1, HINDI_LETTERS, label_words("hi"))
+    assert (hindi.hate, hindi.parse("ख"), hindi.parse("ख: घृणा"), hindi.parse("क: गैर नफरत")) == ("ख", 1, 1, 0)
+
+
+# Native answers: (language, generation, expected when the first option is Hate, expected when the second is).
+# The option blocks are the study's (REFERENCE.md §1): de "a: Hass / b: Kein Hass", es "a: Odio / b: Sin odio",
+# hi "क: घृणा / ख: गैर नफरत", zh "a：仇恨 / b：非仇恨" (full-width colons), swapped in odd prompts.
+NATIVE = [
+    # the option labels alone, and with their letter
+    ("de", "Hass", 1, 1),
+    ("de", "Kein Hass", 0, 0),
+    ("de", "a: Hass", 1, None),
+    ("de", "b: Kein Hass", 0, None),
+    ("de", "a: Kein Hass", None, 0),
+    ("de", "b: Hass", None, 1),
+    ("de", "Hassrede", 1, 1),  # the question's words
+    ("de", "Nicht-Hassrede", 0, 0),
+    ("de", "Das ist keine Hassrede.", 0, 0),
+    ("de", "Es handelt sich nicht um Hassrede.", 0, 0),
+    ("de", "Antwort: b", 0, 1),
+    ("de", "a oder b", None, None),
+    ("de", "Hass oder kein Hass", None, None),
+    ("es", "Odio", 1, 1),
+    ("es", "Sin odio", 0, 0),
+    ("es", "a: Odio", 1, None),
+    ("es", "b: Sin odio", 0, None),
+    ("es", "Discurso de odio", 1, 1),
+    ("es", "Discurso sin odio", 0, 0),
+    ("es", "No es un discurso de odio.", 0, 0),
+    ("es", "Respuesta: a", 1, 0),
+    ("es", "a o b", None, None),
+    ("hi", "क", 1, 0),
+    ("hi", "ख", 0, 1),
+    ("hi", "घृणा", 1, 1),
+    ("hi", "गैर नफरत", 0, 0),
+    ("hi", "क: घृणा", 1, None),
+    ("hi", "ख: गैर नफरत", 0, None),
+    ("hi", "क: गैर नफरत", None, 0),
+    ("hi", "घृणास्पद भाषण", 1, 1),
+    ("hi", "गैर-घृणास्पद भाषण", 0, 0),
+    ("hi", "यह घृणास्पद भाषण नहीं है।", 0, 0),  # "this is not hate speech"
+    ("hi", "उत्तर: ख", 0, 1),
+    ("hi", "क: घृणा\nख: गैर नफरत", None, None),  # the option block echoed
+    ("zh", "仇恨", 1, 1),
+    ("zh", "非仇恨", 0, 0),
+    ("zh", "a：仇恨", 1, None),  # full-width colon, as in the prompt
+    ("zh", "b：非仇恨", 0, None),
+    ("zh", "a：非仇恨", None, 0),
+    ("zh", "答案是b", 0, 1),
+    ("zh", "b。", 0, 1),
+    ("zh", "该表情包属于仇恨言论", 1, 1),
+    ("zh", "该表情包不属于仇恨言论", 0, 0),
+    ("zh", "没有仇恨", 0, 0),
+    ("zh", "a或b", None, None),
+    ("zh", "仇恨还是非仇恨", None, None),
+    ("zh", "这是一个表情包", None, None),  # nonsensical: wrong
+]
+
+
+@pytest.mark.parametrize(("lang", "text", "if_first_hate", "if_second_hate"), NATIVE, ids=[f"{c[0]}:{c[1]!r}" for c in NATIVE])
+def test_native_labels_and_letters(lang, text, if_first_hate, if_second_hate):
+    letters = HINDI_LETTERS if lang == "hi" else ("a", "b")
+    words = label_words(lang)
+    assert parse_answer(text, hate_option=letters[0], options=letters, words=words) == if_first_hate
+    assert parse_answer(text, hate_option=letters[1], options=letters, words=words) == if_second_hate
+
+
+def test_native_words_need_the_native_prompt():
+    # Under the English prompt "Kein Hass" names no English label: invalid, not guessed.
+    assert parse_answer("Kein Hass", hate_option="a") is None
+    assert parse_answer("Kein Hass", hate_option="a", words=label_words("de")) == 0
+    assert label_words("en") == label_words("xx")  # languages without a native set read the English words

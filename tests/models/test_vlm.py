@@ -152,8 +152,8 @@ def test_prompt_variants_render_through_the_chat_template(tiny_vlms, tmp_path):
     sample = {"id": "x", "text": "typical clowns", "image": None, "labels": {}, "lang": "de"}
     chat = model.preprocessor(sample)["chat"]
     assert "<|vision_start|><|image_pad|><|vision_end|>" in chat and chat.endswith("<|im_start|>assistant\n")
-    assert "As a person raised up in Germany, given a meme" in chat
-    assert "Caption inside the meme image: 'typical clowns'" in chat and "a: Non-hate\nb: Hate" in chat
+    assert "answer if it is 'Hate Speech' or 'Non-Hate Speech' in Germany." in chat  # the study's country insertion of question 2
+    assert "\nCaption inside the meme: 'typical clowns'\nChoose:\na: Non-hate\nb: Hate\n" in chat
 
     caption_only = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.prompt.input=caption")
     features = caption_only.preprocessor(sample)
