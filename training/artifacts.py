@@ -3,7 +3,9 @@
 A culture folder holds safetensors only: `adapter_config.json` + `adapter_model.safetensors` for LoRA
 (loadable with `PeftModel.from_pretrained(base, folder)`), else `model.safetensors` (the classifier's
 backbone); `head.safetensors` (this culture's rows of the heads layer); `model_config.json` (the
-family config to rebuild it); `culture_card.json` and a README. Loading refuses pickle files.
+family config to rebuild it); `culture_card.json` and a README. Loading refuses pickle files, and
+configs that name anything but crossmod's own model parts (models/trusted_targets.py): a folder or a
+run someone shares is data, never code.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from safetensors.torch import load_file, save_file
 
 from models.heads import head_width
 from models.module import MemeClassifier
+from models.trusted_targets import MODEL_ROOT, check_trusted
 from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
+from training.secrets import redact
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 LABEL_MAP = {"0": "non-hate", "1": "hate"}
@@ -41,12 +45,14 @@ def run_model(run_dir: Path, checkpoint: str = "best") -> tuple[MemeClassifier, 
     Lightning checkpoint files load as they are. DeepSpeed checkpoint directories and consolidated
     safetensors files (`python -m training.consolidate`) hold weights only, often just the trainable
     ones: the model is rebuilt from the run's config (its base from its own folder) and they go on top.
+    The run's config and a checkpoint's hyperparameters are checked before anything is built from them.
     """
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     metrics = json.loads((run_dir / "metrics.json").read_text())
     named = {"best": metrics["best_checkpoint"], "last": run_dir / "checkpoints" / "last.ckpt"}
     path = Path(named.get(checkpoint) or checkpoint)
     if is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
+        check_trusted(config.get("model"), run_dir / "config.yaml", root=MODEL_ROOT)
         model = instantiate(config["model"], _recursive_=False)
         model.configure_model()
         restore_weights(model, zero_state_dict(path) if path.is_dir() else load_file(str(path)))
@@ -72,12 +78,12 @@ def _head_slice(model: MemeClassifier, culture: str) -> dict[str, torch.Tensor]:
 
 
 def fold_metrics(run_dir: Path, experiment: str, culture: str) -> dict[str, Any]:
-    """Best val metrics of this culture in every fold of the run's cross-validation (sibling runs)."""
+    """Held-out metrics of this culture in every fold of the run's cross-validation (sibling runs)."""
     folds = {}
     for path in sorted(run_dir.parent.glob("*/fold_result.json")):
         result = json.loads(path.read_text())
-        if result.get("experiment") == experiment and culture in result.get("best", {}):
-            folds[str(result["fold"])] = result["best"][culture]
+        if result.get("experiment") == experiment and culture in result.get("held_out", {}):
+            folds[str(result["fold"])] = result["held_out"][culture]
     return folds
 
 
@@ -85,12 +91,14 @@ def export_culture(model: MemeClassifier, info: dict[str, Any], run_dir: Path, c
     if culture not in model.heads_spec:
         raise KeyError(f"culture {culture!r} is not a head of this run (heads: {list(model.heads_spec)})")
     out.mkdir(parents=True, exist_ok=True)
-    # The model's own hyperparameters (the saved config.yaml has secret-looking values redacted).
-    model_cfg = {
-        "_target_": "models.module.MemeClassifier",
-        "_recursive_": False,
-        **json.loads(json.dumps(dict(model.hparams), default=str)),
-    }
+    # The model's own hyperparameters; secret-looking values never leave in a folder meant for sharing.
+    model_cfg = redact(
+        {
+            "_target_": MODEL_ROOT,
+            "_recursive_": False,
+            **json.loads(json.dumps(dict(model.hparams), default=str)),
+        }
+    )
     backbone = model.backbone
     lora = hasattr(backbone, "save_adapter") and bool(model_cfg.get("fusion", {}).get("lora"))
     if lora:
@@ -122,7 +130,7 @@ def export_culture(model: MemeClassifier, info: dict[str, Any], run_dir: Path, c
         "checkpoint": info["checkpoint"],
         "metrics": {stage: metrics["best"].get(stage, {}).get(culture) for stage in ("val", "test")},
         "metrics_per_fold": fold_metrics(run_dir, metrics.get("experiment"), culture),
-        "training_config": info["config"],
+        "training_config": redact(info["config"]),
     }
     (out / "culture_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
     (out / "README.md").write_text(_readme(card))
@@ -159,7 +167,7 @@ def _readme(card: dict[str, Any]) -> str:
     if card["metrics_per_fold"]:
         lines += [
             "",
-            "Per fold (val): "
+            "Per fold (held-out fold, test): "
             + ", ".join(f"fold {k}: AUROC {v.get('auroc', float('nan')):.4f}" for k, v in card["metrics_per_fold"].items()),
         ]
     if card["format"] == "peft-lora":
@@ -177,19 +185,22 @@ def _readme(card: dict[str, Any]) -> str:
 
 
 def load_culture(folder: str | Path) -> tuple[MemeClassifier, dict[str, Any]]:
-    """Rebuild an exported culture's classifier (fresh base + adapter, or the saved classifier weights)."""
+    """Rebuild an exported culture's classifier (fresh base + adapter, or the saved classifier weights).
+
+    The folder is data: its configs are checked (models/trusted_targets.py) before anything is built.
+    """
     folder = Path(folder)
     refuse_pickles(folder)
     card = json.loads((folder / "culture_card.json").read_text())
     model_cfg = json.loads((folder / "model_config.json").read_text())
+    check_trusted(card.get("heads"), folder / "culture_card.json")
+    check_trusted(model_cfg, folder / "model_config.json", root=MODEL_ROOT)
     model_cfg["heads"] = card["heads"]
     lora = card["format"] == "peft-lora"
     if lora:
         model_cfg["fusion"] = {**model_cfg["fusion"], "lora": None, "heads": card["heads"]}
     elif "heads" in model_cfg.get("fusion", {}):
         model_cfg["fusion"] = {**model_cfg["fusion"], "heads": card["heads"]}
-    from hydra.utils import instantiate
-
     model: MemeClassifier = instantiate(model_cfg, _recursive_=False)
     model.configure_model()
     if lora:
