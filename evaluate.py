@@ -27,6 +27,10 @@ def main(cfg: DictConfig) -> None:
     out = Path(cfg.out) if cfg.out else (ckpt.parent if ckpt.is_file() else ckpt) / f"report-{dataset}-{cfg.split}"
     report = evaluate(models, records, dict(datamodule.heads), out, cfg.batch_size, cfg.threshold, dataset)
     print((out / "summary.md").read_text())
+    from datamodules.prepare import write_annotation_report
+
+    for path in write_annotation_report(datamodule.source, out):  # Multi3Hate with raw votes: dataset_report.*
+        print(f"[evaluate] annotation report: {path}")
     print(f"[evaluate] {len(report['runs'])} run(s) × {report['items']} items → {out}")
 
 

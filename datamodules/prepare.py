@@ -2,6 +2,9 @@
 
     python -m datamodules.prepare multi3hate --raw-dir /data/Multi3Hate/data --out /scratch/shards --folds 3
 
+Sources with per-annotator votes (Multi3Hate's `raw_annotations.csv`) also get their annotation
+analysis beside the shards: `dataset_report.{json,md}` and a histogram PNG (docs/datasets.md).
+
 The source is built from the same Hydra data config that `train.py data=<name>` uses, and the
 shards land where that config's datamodule looks for them (`<out>/<name>-<fingerprint>`), so a
 training run with `data.shard_root=<out>` (and the same raw_dir and options) reuses them.
@@ -51,12 +54,13 @@ def prepare(data: DictConfig, out: str | None = None, force: bool = False, folds
     directory = root / f"{source.name}-{fingerprint(source.params())}"
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(directory) + ".lock"):
-        if (directory / MANIFEST).is_file() and not force:
+        converted = not (directory / MANIFEST).is_file() or force
+        if not converted:
             print(f"{directory} is already converted (use --force to convert again); verifying checksums …", flush=True)
             verify_shards(directory)
         else:
             print(f"Converting {source.name} from {source.raw_dir} to {directory} …", flush=True)
-            summary = source.summary()
+            summary = source.summary()  # Multi3Hate: the annotation analysis, reused by the report below
             write_shards(
                 source,
                 directory,
@@ -68,11 +72,24 @@ def prepare(data: DictConfig, out: str | None = None, force: bool = False, folds
                 extra={"source_summary": summary} if summary else {},
                 progress_every=1000,
             )
+        if converted or not (directory / "dataset_report.md").is_file():
+            for path in write_annotation_report(source, directory):
+                print(f"annotation report: {path}", flush=True)
         if folds:
             splits = sorted(set(data.train_splits) | set(data.val_splits))
             entry = ensure_folds(directory, folds, int(data.fold_seed), splits)
             print(f"folds: {folds} (seed {data.fold_seed}) over {splits}: samples per fold {entry['samples_per_fold']}")
     return directory, read_manifest(directory)
+
+
+def write_annotation_report(source: Any, directory: Path) -> list[Path]:
+    """`dataset_report.{json,md}` + histogram for a source with per-annotator votes (Multi3Hate); [] otherwise."""
+    report = getattr(source, "annotation_report", None)
+    if report is None:
+        return []
+    from evaluation.dataset_report import write_dataset_report
+
+    return write_dataset_report(report, directory, source.name)
 
 
 def _quoted(value: str) -> str:
@@ -102,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(conversion_summary(manifest))
-    if manifest.get("source_summary"):
+    if (directory / "dataset_report.md").is_file():
+        print(f"annotation report (also in the manifest's source_summary): {directory / 'dataset_report.md'}")
+    elif manifest.get("source_summary"):
         print("source summary: " + json.dumps(manifest["source_summary"], ensure_ascii=False))
     root = directory.parent
     print(f"\nShards: {directory}")

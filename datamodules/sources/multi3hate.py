@@ -10,7 +10,6 @@ bottom text becomes `caption_separator` (a newline by default).
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from datamodules.sources.readers import FileProblem, clean_id, read_csv
 
 LANGUAGES = ("en", "de", "es", "hi", "zh")
 CULTURES = ("US", "DE", "MX", "IN", "CN")
+CULTURE_OF_POOL = {**dict(zip(LANGUAGES, CULTURES)), **{c.casefold(): c for c in CULTURES}}  # raw `dataset_language`
 SEPARATOR = re.compile(r"\s*<sep>\s*", re.IGNORECASE)
 CAPTION_COLUMNS = ["Meme ID", "Template Name", "Translation"]
 CAPTION_OPTIONAL = ["Original (English)", "Topic", "Category"]
@@ -226,8 +226,13 @@ class Multi3HateSource(RawSource):
     # ------------------------------------------------------------------ statistics
     @cached_property
     def raw_votes(self) -> dict[str, Any]:
-        """Per-meme hate votes by annotator pool from `raw_annotations.csv`, when present (never blocks conversion)."""
-        result: dict[str, Any] = {"votes": {}, "stats": None}
+        """Hate votes from `raw_annotations.csv`, when present (never blocks conversion).
+
+        `votes`: meme → `dataset_language` pool → {hate, total} (kept in each sample's meta);
+        `by_culture`: meme → culture → (hate, total) for the selected cultures (en→US, de→DE, es→MX,
+        hi→IN, zh→CN); `stats`: counts, with every row not used and why.
+        """
+        result: dict[str, Any] = {"votes": {}, "by_culture": {}, "stats": None}
         if not self.raw_path.is_file():
             return result
         try:
@@ -236,46 +241,70 @@ class Multi3HateSource(RawSource):
             result["stats"] = {"file": self.rel(self.raw_path), "problem": str(problem)}
             return result
         votes: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: {"hate": 0, "total": 0}))
-        users, unparsed = set(), Counter()
+        by_culture: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+        seen: dict[tuple[str, str, str], int] = {}
+        users: dict[str, set[str]] = defaultdict(set)
+        unparsed: Counter[str] = Counter()
+        first_line: dict[str, int] = {}
+        unused: Counter[str] = Counter()
         for row in rows:
-            value = HATE_VOTES.get((row.values or {}).get("hatespeech", "").strip().casefold()) if row.values else None
+            value = HATE_VOTES.get(row.values.get("hatespeech", "").strip().casefold()) if row.values else None
             meme_id = clean_id(row.values["Meme ID"]) if row.values else None
+            pool = (row.values.get("dataset_language") or "all").strip() if row.values else ""
+            user = (row.values.get("User ID") or "").strip() if row.values else ""
+            reason = None
             if value is None or meme_id is None:
-                unparsed[row.problem or f"hatespeech {(row.values or {}).get('hatespeech')!r}"] += 1
+                reason = row.problem or ("empty Meme ID" if meme_id is None else f"hatespeech {row.values.get('hatespeech')!r}")
+            elif user and (pool, user, meme_id) in seen:
+                reason = f"second vote of one annotator on one meme (first at line {seen[pool, user, meme_id]})"
+            if reason:
+                unparsed[reason] += 1
+                first_line.setdefault(reason, row.line)
                 continue
-            pool = (row.values.get("dataset_language") or "all").strip()
+            if user:
+                seen[pool, user, meme_id] = row.line
             votes[meme_id][pool]["hate"] += value
             votes[meme_id][pool]["total"] += 1
-            users.add((pool, (row.values.get("User ID") or "").strip()))
+            users[pool].add(user)
+            culture = CULTURE_OF_POOL.get(pool.casefold())
+            if culture in self.cultures:
+                by_culture[meme_id][culture][0] += value
+                by_culture[meme_id][culture][1] += 1
+            else:
+                unused[f"dataset_language {pool!r}" + (" (culture not selected)" if culture else " (no culture)")] += 1
         result["votes"] = {meme: {pool: dict(v) for pool, v in pools.items()} for meme, pools in votes.items()}
+        result["by_culture"] = {meme: {c: (hate, total) for c, (hate, total) in pools.items()} for meme, pools in by_culture.items()}
         result["stats"] = {
             "file": self.rel(self.raw_path),
             "rows": len(rows),
             "memes": len(votes),
-            "annotators": len(users),
+            "annotators": sum(len(u) for u in users.values()),
+            "annotators_by_pool": {pool: len(u) for pool, u in sorted(users.items())},
             "unparsed_rows": sum(unparsed.values()),
-            "unparsed_reasons": dict(unparsed.most_common(5)),
+            "unparsed_reasons": {reason: {"rows": n, "first_line": first_line[reason]} for reason, n in unparsed.most_common(5)},
+            "rows_not_used_for_cultures": dict(unused),
         }
         return result
 
+    @cached_property
+    def annotation_report(self) -> Any:
+        """The study's annotation analysis (`evaluation.annotation_stats`) over final labels and raw votes."""
+        from evaluation.annotation_stats import annotation_report
+
+        labels: dict[str, dict[str, int | None]] = {}
+        for row in read_csv(self.annotations_path, ["Meme ID", *self.cultures]):
+            meme_id = clean_id(row.values["Meme ID"]) if row.values else None
+            if meme_id is not None and meme_id not in labels:
+                parsed = {c: parse_label(row.values[c]) for c in self.cultures}
+                if not any(problem for _, problem in parsed.values()):
+                    labels[meme_id] = {c: value for c, (value, _) in parsed.items()}
+        return annotation_report(labels, self.raw_votes["by_culture"], self.cultures)
+
     def summary(self) -> dict[str, Any]:
-        """Per-culture hate share and pairwise culture agreement over the final labels; raw vote statistics."""
-        labels: list[dict[str, int | None]] = []
+        """Compact annotation statistics for the manifest: hate share, pairwise and k-culture agreement, χ²,
+        Krippendorff's α per culture, the random-group comparison in σ units, raw vote counts."""
         try:
-            for row in read_csv(self.annotations_path, ["Meme ID", *self.cultures]):
-                if row.values:
-                    parsed = {c: parse_label(row.values[c]) for c in self.cultures}
-                    if not any(problem for _, problem in parsed.values()):
-                        labels.append({c: value for c, (value, _) in parsed.items()})
+            report = self.annotation_report
         except FileProblem:
             return {}
-        share = {c: _mean([m[c] for m in labels if m[c] is not None]) for c in self.cultures}
-        agreement = {
-            f"{a}-{b}": _mean([int(m[a] == m[b]) for m in labels if m[a] is not None and m[b] is not None])
-            for a, b in itertools.combinations(self.cultures, 2)
-        }
-        return {"memes": len(labels), "hate_share": share, "pairwise_agreement": agreement, "raw_annotations": self.raw_votes["stats"]}
-
-
-def _mean(values: list[int]) -> float | None:
-    return round(sum(values) / len(values), 4) if values else None
+        return {**report.summary, "raw_annotations": self.raw_votes["stats"]}

@@ -68,10 +68,23 @@ def hateful_memes(root: Path, train: int = 6, dev: int = 2, test: int = 2, test_
 M3H_TEMPLATES = ["Success-Kid", "Condescending-Wonka", "Bad-Luck-Brian"]
 
 
-def multi3hate(root: Path, memes: int = 6, languages: tuple[str, ...] = M3H_LANGUAGES, raw: bool = True) -> Path:
-    """captions/{lang}.csv, final_annotations.csv (Meme ID,US,DE,MX,CN,IN), memes/{lang}/{Template}/{id}.jpg."""
+def multi3hate(
+    root: Path,
+    memes: int = 6,
+    languages: tuple[str, ...] = M3H_LANGUAGES,
+    raw: bool = True,
+    labels: list[dict[str, int]] | None = None,
+    votes: list[dict[str, list[int]]] | None = None,
+) -> Path:
+    """captions/{lang}.csv, final_annotations.csv (Meme ID,US,DE,MX,CN,IN), memes/{lang}/{Template}/{id}.jpg.
+
+    `labels[k]` (culture → 0/1) and `votes[k]` (language → one vote per annotator `user0`, `user1` …)
+    replace the generated final labels and raw votes of the k-th meme.
+    """
     ids = [3 * k + 10 for k in range(memes)]
     annotations = [[i, *(((i + c) // 3) % 2 for c in range(5))] for i in ids]  # columns US,DE,MX,CN,IN
+    if labels is not None:
+        annotations = [[i, *(labels[k][c] for c in ("US", "DE", "MX", "CN", "IN"))] for k, i in enumerate(ids)]
     write_csv(root / "final_annotations.csv", ["Meme ID", "US", "DE", "MX", "CN", "IN"], annotations)
     for lang in languages:
         rows = []
@@ -86,8 +99,11 @@ def multi3hate(root: Path, memes: int = 6, languages: tuple[str, ...] = M3H_LANG
             root / "captions" / f"{lang}.csv", ["Meme ID", "Template Name", "Original (English)", "Translation"], rows, bom=lang == "de"
         )
     if raw:
-        votes = [[lang, f"user{u}", i, (i + u) % 2] for i in ids for lang in languages for u in range(3)]
-        write_csv(root / "raw_annotations.csv", ["dataset_language", "User ID", "Meme ID", "hatespeech"], votes)
+        if votes is None:
+            rows = [[lang, f"user{u}", i, (i + u) % 2] for i in ids for lang in languages for u in range(3)]
+        else:
+            rows = [[lang, f"user{u}", i, v] for k, i in enumerate(ids) for lang, cast in votes[k].items() for u, v in enumerate(cast)]
+        write_csv(root / "raw_annotations.csv", ["dataset_language", "User ID", "Meme ID", "hatespeech"], rows)
     return root
 
 
