@@ -20,6 +20,7 @@ from typing import Any
 
 import webdataset as wds
 
+from datamodules.paths import OutsideRoot, resolve_within
 from datamodules.sample import Sample
 
 SCHEMA_VERSION = 1
@@ -53,7 +54,23 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"no {MANIFEST} in {directory}: the shards were never completed")
-    return json.loads(path.read_text())
+    manifest = json.loads(path.read_text())
+    check_shard_names(manifest, path)
+    return manifest
+
+
+def check_shard_names(manifest: dict[str, Any], path: Path) -> None:
+    """Every shard a manifest lists is a file of its own directory: a shared manifest naming
+    `../elsewhere.tar`, an absolute path or a symlink out of the directory is refused before any read."""
+    shards = manifest.get("shards") if isinstance(manifest, dict) else None
+    for index, shard in enumerate(shards if isinstance(shards, list) else []):
+        name = shard.get("name") if isinstance(shard, dict) else None
+        if not isinstance(name, str) or "/" in name or "\\" in name:
+            raise ValueError(f"{path}: shard {index} has name {name!r}; shard names are plain file names in {path.parent}")
+        try:
+            resolve_within(path.parent, name, "shard name")
+        except OutsideRoot as error:
+            raise ValueError(f"{path}: shard {index}: {error}") from None
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:

@@ -1,50 +1,21 @@
-"""Batched scoring of new memes with a loaded classifier, from images, JSONL or shards."""
+"""Batched scoring of new memes with a loaded classifier, from images, JSONL or shards (read and
+checked by `datamodules.predict_inputs`)."""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from datamodules.sample import IMAGE_EXTENSIONS
-from datamodules.shards import read_samples
+from datamodules.predict_inputs import InputError, Inputs, read_inputs
 from models.heads import probabilities
 
-IMAGE_SUFFIXES = {f".{ext}" for ext in IMAGE_EXTENSIONS} | {".jpeg"}
-
-
-def read_inputs(path: Path, splits: list[str] | None = None) -> list[dict[str, Any]]:
-    """Memes as sample dicts (id, text, image bytes, lang, labels={}); errors name the file and line."""
-    if path.is_dir() and (path / "manifest.json").is_file():
-        return read_samples(path, splits)
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        if not files:
-            raise FileNotFoundError(f"{path}: no images ({sorted(IMAGE_SUFFIXES)}) and no manifest.json")
-        return [{"id": p.stem, "text": "", "image": p.read_bytes(), "lang": "en", "labels": {}} for p in files]
-    records = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-                image = item.get("image")
-                records.append(
-                    {
-                        "id": str(item["id"]),
-                        "text": item.get("text") or "",
-                        "lang": item.get("lang") or "en",
-                        "labels": {},
-                        "image": (path.parent / image).read_bytes() if image else None,
-                    }
-                )
-            except (json.JSONDecodeError, KeyError, OSError) as error:
-                raise ValueError(f"{path}:{number}: cannot read this meme ({error})") from error
-    return records
+__all__ = ["InputError", "Inputs", "predict", "read_inputs", "write_predictions"]
 
 
 @torch.no_grad()
@@ -72,12 +43,18 @@ def predict(model: Any, records: list[dict[str, Any]], batch_size: int, threshol
 
 
 def write_predictions(rows: list[dict[str, Any]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """UTF-8 CSV or JSONL, encoded in full before the file is replaced: a failure leaves no half file."""
     if path.suffix == ".csv":
-        with open(path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["id"])
-            writer.writeheader()
-            writer.writerows(rows)
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["id"])
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buffer.getvalue()
     else:
-        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    data = text.encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
     return path

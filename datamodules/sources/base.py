@@ -5,6 +5,8 @@ whole file it cannot read), exactly one `Sample` or one problem. With `on_error=
 problem stops the conversion with a message naming the file, the line and the reason; with
 `on_error="skip"` each problem becomes a `Skipped` record that the manifest counts. Either way no
 input disappears silently, and a conversion that ends with no sample at all is an error.
+Paths read from the raw files resolve inside `raw_dir` (`datamodules.paths.resolve_within`) and
+image files above `max_image_bytes` are refused before they are read.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from datamodules.sample import Sample
 from datamodules.shards import Skipped, sha256_file
+from datamodules.sources.images import MAX_IMAGE_BYTES
 
 ON_ERROR = ("raise", "skip")
 
@@ -41,15 +44,17 @@ class RawSource:
     version: int = 1
     heads: dict[str, dict[str, Any]] = {}
 
-    def __init__(self, raw_dir: str | Path, on_error: str = "raise") -> None:
+    def __init__(self, raw_dir: str | Path, on_error: str = "raise", max_image_bytes: int = MAX_IMAGE_BYTES) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"{self.name}: on_error must be one of {ON_ERROR}, got {on_error!r}")
+        if isinstance(max_image_bytes, bool) or not isinstance(max_image_bytes, int) or max_image_bytes <= 0:
+            raise ValueError(f"{self.name}: max_image_bytes must be a positive number of bytes, got {max_image_bytes!r}")
         if raw_dir is None or not Path(raw_dir).expanduser().is_dir():
             raise FileNotFoundError(
                 f"{self.name}: raw_dir {raw_dir} is not a directory; set data.raw_dir to the dataset's folder (see docs/datasets.md)"
             )
         self.raw_dir = Path(raw_dir).expanduser().resolve()
-        self.on_error = on_error
+        self.on_error, self.max_image_bytes = on_error, max_image_bytes
         self._params: dict[str, Any] | None = None
         self._first_seen: dict[str, str] = {}
 

@@ -10,12 +10,13 @@ unseen dev sets share memes. Each meme is its own fold group: benign confounders
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from datamodules.paths import OutsideRoot, resolve_within
 from datamodules.sample import Sample
 from datamodules.sources.base import RawDataError, RawSource
-from datamodules.sources.images import ImageFinder, load_image
+from datamodules.sources.images import MAX_IMAGE_BYTES, ImageFinder, load_image
 from datamodules.sources.readers import clean_id, read_jsonl
 
 SPLIT_SCHEMES: dict[str, dict[str, str]] = {
@@ -45,8 +46,10 @@ class HatefulMemesSource(RawSource):
     version = 1
     heads = {"hateful": {"kind": "binary"}}
 
-    def __init__(self, raw_dir: str | Path, splits: str | dict[str, str] = "seen", on_error: str = "raise") -> None:
-        super().__init__(raw_dir, on_error)
+    def __init__(
+        self, raw_dir: str | Path, splits: str | dict[str, str] = "seen", on_error: str = "raise", max_image_bytes: int = MAX_IMAGE_BYTES
+    ) -> None:
+        super().__init__(raw_dir, on_error, max_image_bytes)
         if isinstance(splits, str):
             if splits not in SPLIT_SCHEMES:
                 raise ValueError(
@@ -56,16 +59,17 @@ class HatefulMemesSource(RawSource):
         else:
             self.splits = {str(k): str(v) for k, v in dict(splits).items()}
         for split, file in self.splits.items():
+            resolve_within(self.raw_dir, file, f"split file ({split})")
             if not (self.raw_dir / file).is_file():
                 present = sorted(p.name for p in self.raw_dir.glob("*.jsonl"))
                 raise FileNotFoundError(
                     f"hateful_memes: {self.raw_dir / file} (split {split}) does not exist; jsonl files there: {present}. "
                     f"Choose data.source.splits from {sorted(SPLIT_SCHEMES)} (phase1 = dev.jsonl/test.jsonl) or map split → file"
                 )
-        self.images = ImageFinder()
+        self.images = ImageFinder(self.raw_dir)
 
     def options(self) -> dict[str, Any]:
-        return {"splits": self.splits}
+        return {"splits": self.splits, "max_image_bytes": self.max_image_bytes}
 
     def annotation_files(self) -> list[Path]:
         return [self.raw_dir / file for file in self.splits.values()]
@@ -112,7 +116,9 @@ class HatefulMemesSource(RawSource):
         elif not isinstance(reference, str) or not reference.strip():
             return None, f"'img' must be a relative path like img/01235.png, got {reference!r}"
         else:
-            relative = PurePosixPath(reference.strip().replace("\\", "/"))
-            exact = self.raw_dir / relative
-            path, problem = self.images.find(exact.parent, relative.stem, exact=exact)
-        return (None, problem) if problem else load_image(path)
+            try:
+                exact = resolve_within(self.raw_dir, reference, "'img' path")
+            except OutsideRoot as error:
+                return None, str(error)
+            path, problem = self.images.find(exact.parent, exact.stem, exact=exact)
+        return (None, problem) if problem else load_image(path, self.max_image_bytes)

@@ -1,26 +1,33 @@
 """Finding and checking meme images: original bytes kept, but only once PIL has fully decoded them.
 
-A file is accepted when it is JPEG, PNG or WebP, passes `verify()`, and decodes completely
-(`load()` on a fresh handle, which catches truncation). PIL's decompression-bomb limit stays on:
-above `Image.MAX_IMAGE_PIXELS` the warning is turned into an error too, so a bomb never reaches a
-loader worker.
+A file is accepted when it is a regular file no larger than `max_bytes`, starts with a JPEG, PNG
+or WebP signature (both checked before the rest is read, so a 2 GB file named `.png` costs a
+`stat` and 12 bytes), passes `verify()`, and decodes completely (`load()` on a fresh handle,
+which catches truncation). PIL's decompression-bomb limit stays on: above `Image.MAX_IMAGE_PIXELS`
+the warning is turned into an error too, so a bomb never reaches a loader worker.
 
 Lookups are tolerant only where the answer is unambiguous: `img/01235.PNG` for `img/01235.png`,
-`01235.jpeg` for `1235.jpg`; two candidates are an error naming both.
+`01235.jpeg` for `1235.jpg`; two candidates are an error naming both. Every file found must stay
+inside the finder's root (`datamodules.paths`), symlinks included.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
+import stat
 import warnings
 from pathlib import Path
 
 from PIL import Image, ImageFile
 
+from datamodules.paths import OutsideRoot, ensure_within
 from datamodules.sample import sniff_image_format
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+MAX_IMAGE_BYTES = 50 * 1024**2  # far above any meme (the datasets' largest are a few MB), far below what hurts a worker
+SIGNATURE_BYTES = 12  # enough for every signature in `sniff_image_format` (WebP: RIFF....WEBP)
 
 
 def check_image(data: bytes) -> str | None:
@@ -51,10 +58,10 @@ def _number(stem: str) -> str | None:
 
 
 class ImageFinder:
-    """Resolve an image reference against the files that exist, indexing each folder once."""
+    """Resolve an image reference against the files that exist under `root`, indexing each folder once."""
 
-    def __init__(self, recursive: bool = False) -> None:
-        self.recursive = recursive
+    def __init__(self, root: Path, recursive: bool = False) -> None:
+        self.root, self.recursive = root, recursive
         self._index: dict[Path, dict[str, list[Path]]] = {}
 
     def _folder_index(self, folder: Path) -> dict[str, list[Path]]:
@@ -69,8 +76,21 @@ class ImageFinder:
         return self._index[folder]
 
     def find(self, folder: Path, stem: str, exact: Path | None = None) -> tuple[Path | None, str | None]:
-        """The one image in `folder` for `stem` (case, extension and leading zeros tolerated) or the reason."""
-        if exact is not None and exact.is_file():
+        """The one image in `folder` for `stem` (case, extension and leading zeros tolerated) or the reason.
+
+        `folder` and `exact` are under `root` by name (built with `resolve_within`); the file found
+        is checked once more, so a symlink in the folder cannot lead outside `root`.
+        """
+        path, problem = self._find(folder, stem, exact)
+        if path is None:
+            return None, problem
+        try:
+            return ensure_within(self.root, path, "image file"), None
+        except OutsideRoot as error:
+            return None, str(error)
+
+    def _find(self, folder: Path, stem: str, exact: Path | None) -> tuple[Path | None, str | None]:
+        if exact is not None and exact.exists():  # a FIFO or folder here is reported by `read_image_file`, not "not found"
             return exact, None
         if not folder.is_dir():
             return None, f"image folder {folder} does not exist"
@@ -87,11 +107,37 @@ class ImageFinder:
         return candidates[0], None
 
 
-def load_image(path: Path) -> tuple[bytes | None, str | None]:
-    """The file's original bytes once checked, or the reason they cannot be used."""
+def read_image_file(path: Path, max_bytes: int = MAX_IMAGE_BYTES) -> tuple[bytes | None, str | None]:
+    """The bytes of a regular file that starts like an image and holds at most `max_bytes`, or the reason.
+
+    Size and signature are checked before the rest is read, and the read is bounded by the size
+    checked (a file that grows meanwhile is refused, not read on).
+    """
     try:
-        data = path.read_bytes()
+        # O_NONBLOCK: a FIFO named like an image must not hang the conversion before fstat refuses it
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None, f"not a regular file: {path}"
+            if info.st_size > max_bytes:
+                return None, f"image file is {info.st_size} bytes, above the limit of {max_bytes} (max_image_bytes): {path}"
+            head = handle.read(SIGNATURE_BYTES)
+            if not head:
+                return None, f"image file is empty: {path}"
+            if sniff_image_format(head) is None:
+                return None, f"image is not a JPEG, PNG or WebP file (signature {head[:8].hex(' ')}): {path}"
+            data = head + handle.read(max(info.st_size - len(head), 0))
+            if handle.read(1):
+                return None, f"image file grew while it was read: {path}"
     except OSError as error:
         return None, f"image cannot be read: {path} ({error.strerror or error})"
+    return data, None
+
+
+def load_image(path: Path, max_bytes: int = MAX_IMAGE_BYTES) -> tuple[bytes | None, str | None]:
+    """The file's original bytes once checked (size, signature, full decode), or the reason they cannot be used."""
+    data, problem = read_image_file(path, max_bytes)
+    if problem:
+        return None, problem
     problem = check_image(data)
     return (None, f"{problem}: {path}") if problem else (data, None)

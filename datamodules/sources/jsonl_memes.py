@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from datamodules.paths import OutsideRoot, resolve_within
 from datamodules.sample import Label, Sample
 from datamodules.sources.base import RawDataError, RawSource
-from datamodules.sources.images import ImageFinder, load_image
+from datamodules.sources.images import MAX_IMAGE_BYTES, ImageFinder, load_image
 from datamodules.sources.readers import clean_id, read_jsonl
 
 
@@ -49,12 +50,15 @@ class JsonlMemeSource(RawSource):
     splits: tuple[str, ...] = ("train", "val", "test")
     text_required: bool = True
 
-    def __init__(self, raw_dir: str | Path, on_error: str = "raise") -> None:
-        super().__init__(raw_dir, on_error)
+    def __init__(self, raw_dir: str | Path, on_error: str = "raise", max_image_bytes: int = MAX_IMAGE_BYTES) -> None:
+        super().__init__(raw_dir, on_error, max_image_bytes)
         self.path = self.raw_dir / self.file
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.name}: {self.path} does not exist; expected layout in docs/datasets.md")
-        self.images = ImageFinder()
+        self.images = ImageFinder(self.raw_dir)
+
+    def options(self) -> dict[str, Any]:
+        return {"max_image_bytes": self.max_image_bytes}
 
     def annotation_files(self) -> list[Path]:
         return [self.path]
@@ -90,10 +94,12 @@ class JsonlMemeSource(RawSource):
         reference = item.get("image")
         if not isinstance(reference, str) or not reference.strip():
             raise Invalid(f"id {meme_id}: 'image' must be a path relative to the dataset folder, got {reference!r}")
-        relative = PurePosixPath(reference.strip().replace("\\", "/"))
-        exact = self.raw_dir / relative
-        image_path, problem = self.images.find(exact.parent, relative.stem, exact=exact)
-        image, problem = (None, problem) if problem else load_image(image_path)
+        try:
+            exact = resolve_within(self.raw_dir, reference, "'image' path")
+        except OutsideRoot as error:
+            raise Invalid(f"id {meme_id}: {error}") from None
+        image_path, problem = self.images.find(exact.parent, exact.stem, exact=exact)
+        image, problem = (None, problem) if problem else load_image(image_path, self.max_image_bytes)
         if problem:
             raise Invalid(f"id {meme_id}: {problem}")
         lang = text_field(item, "lang") or "en"

@@ -6,6 +6,7 @@ One binary head `hateful` (`label_gold`: hateful / non-hateful). The functional-
 Spanish leave `case_templ` empty and use `gender_male` / `gender_female` instead. MHC is an
 evaluation set without splits: cross-validate with `fold=k`. Cases built from one template in one
 language share a fold group, so a template's variants never sit on both sides of a fold.
+Test cases are single sentences: a CSV field spanning lines is a stray quote, reported per line.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class MHCSource(RawSource):
             if self.languages is not None and lang not in self.languages:
                 continue
             try:
-                rows = read_csv(path, REQUIRED, OPTIONAL)
+                rows = read_csv(path, REQUIRED, OPTIONAL, single_line=True)
                 for row in rows:
                     if row.problem:
                         yield self.error(path, row.problem, row.line)

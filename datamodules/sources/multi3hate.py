@@ -17,9 +17,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from datamodules.paths import OutsideRoot, resolve_within
 from datamodules.sample import Sample
 from datamodules.sources.base import RawDataError, RawSource, check_known
-from datamodules.sources.images import ImageFinder, load_image
+from datamodules.sources.images import MAX_IMAGE_BYTES, ImageFinder, load_image
 from datamodules.sources.readers import FileProblem, clean_id, read_csv
 
 LANGUAGES = ("en", "de", "es", "hi", "zh")
@@ -71,11 +72,12 @@ class Multi3HateSource(RawSource):
         cultures: list[str] = CULTURES,
         caption_separator: str = "\n",
         on_error: str = "raise",
+        max_image_bytes: int = MAX_IMAGE_BYTES,
     ) -> None:
         root = Path(raw_dir).expanduser()
         if not (root / "final_annotations.csv").is_file() and (root / "data" / "final_annotations.csv").is_file():
             root = root / "data"  # the repository root was given: its data/ folder is unambiguous
-        super().__init__(root, on_error)
+        super().__init__(root, on_error, max_image_bytes)
         check_known(cultures, CULTURES, "Multi3Hate cultures")
         if languages is not None:
             check_known(languages, LANGUAGES, "Multi3Hate language codes")
@@ -92,14 +94,19 @@ class Multi3HateSource(RawSource):
             missing = sorted(set(self.languages) - {p.stem for p in self.caption_files})
             if missing:
                 raise FileNotFoundError(f"multi3hate: no captions file for languages {missing} in {self.raw_dir / 'captions'}")
-        self.images = ImageFinder(recursive=True)
+        self.images = ImageFinder(self.raw_dir, recursive=True)
 
     @property
     def heads(self) -> dict[str, dict[str, Any]]:
         return {culture: {"kind": "binary"} for culture in self.cultures}
 
     def options(self) -> dict[str, Any]:
-        return {"languages": self.languages, "cultures": self.cultures, "caption_separator": self.separator}
+        return {
+            "languages": self.languages,
+            "cultures": self.cultures,
+            "caption_separator": self.separator,
+            "max_image_bytes": self.max_image_bytes,
+        }
 
     def annotation_files(self) -> list[Path]:
         return [self.annotations_path, self.raw_path, *self.caption_files]
@@ -196,9 +203,12 @@ class Multi3HateSource(RawSource):
             return self.error(path, f"empty Translation for meme id {meme_id}", line)
         template = row["Template Name"].strip()
         folder = self.raw_dir / "memes" / lang
-        exact = folder / template / f"{meme_id}.jpg" if template else None
+        try:
+            exact = resolve_within(folder, f"{template}/{meme_id}.jpg", "image path from Template Name") if template else None
+        except OutsideRoot as error:
+            return self.error(path, f"meme id {meme_id}: {error}", line)
         image_path, problem = self.images.find(folder, meme_id, exact=exact)
-        image, problem = (None, problem) if problem else load_image(image_path)
+        image, problem = (None, problem) if problem else load_image(image_path, self.max_image_bytes)
         if problem:
             return self.error(path, f"meme id {meme_id}: {problem}", line)
         votes = self.raw_votes["votes"].get(meme_id)

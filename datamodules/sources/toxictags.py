@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from datamodules.sample import Label
+from datamodules.sources.images import MAX_IMAGE_BYTES
 from datamodules.sources.jsonl_memes import Invalid, JsonlMemeSource, string_list, text_field
 
 TOXIC_TYPES = ["hateful", "dangerous", "offensive"]
@@ -37,15 +38,21 @@ class ToxicTagsSource(JsonlMemeSource):
     heads = {"toxic": {"kind": "binary"}, "toxic_type": {"kind": "multiclass", "classes": TOXIC_TYPES}}
 
     def __init__(
-        self, raw_dir: str | Path, include_tags: bool = False, tags_prefix: str = "Tags: ", val_share: float = 0.1, on_error: str = "raise"
+        self,
+        raw_dir: str | Path,
+        include_tags: bool = False,
+        tags_prefix: str = "Tags: ",
+        val_share: float = 0.1,
+        on_error: str = "raise",
+        max_image_bytes: int = MAX_IMAGE_BYTES,
     ) -> None:
-        super().__init__(raw_dir, on_error)
+        super().__init__(raw_dir, on_error, max_image_bytes)
         if not 0 <= val_share < 1:
             raise ValueError(f"toxictags: val_share must be in [0, 1), got {val_share}")
         self.include_tags, self.tags_prefix, self.val_share = bool(include_tags), tags_prefix, float(val_share)
 
     def options(self) -> dict[str, Any]:
-        return {"include_tags": self.include_tags, "tags_prefix": self.tags_prefix, "val_share": self.val_share}
+        return {**super().options(), "include_tags": self.include_tags, "tags_prefix": self.tags_prefix, "val_share": self.val_share}
 
     def convert(self, item: dict[str, Any]) -> tuple[str, dict[str, Label], dict[str, Any]]:
         label = item.get("label")
