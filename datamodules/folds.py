@@ -9,7 +9,6 @@ beside the outer assignment; no group of fold k ever gets a role other than `tes
 from __future__ import annotations
 
 import json
-import tarfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,9 @@ from typing import Any
 import numpy as np
 from sklearn.model_selection import StratifiedGroupKFold
 
-from datamodules.shards import read_manifest, write_json_atomic
+from datamodules.sample import decode_shard_entry
+from datamodules.shards import read_manifest, shard_items, write_json_atomic
+from datamodules.tar_reader import shard_samples
 
 
 def assign_folds(groups: list[str], strata: list[str], num_folds: int, seed: int) -> dict[str, int]:
@@ -36,12 +37,17 @@ def assign_folds(groups: list[str], strata: list[str], num_folds: int, seed: int
 
 
 def iter_records(directory: Path, shard_names: list[str]) -> Iterator[dict[str, Any]]:
-    """Read only the JSON members of shards: enough for folds and checks, no image decoding."""
-    for name in shard_names:
-        with tarfile.open(directory / name) as tar:
-            for member in tar:
-                if member.name.endswith(".json"):
-                    yield json.loads(tar.extractfile(member).read())
+    """The JSON record of every sample in the named shards (no image decoding), each shard checked
+    against its manifest record (complete tar, checksum, size, sample count) as it is read."""
+    directory = Path(directory)
+    items = {Path(item["url"]).name: item for item in shard_items(directory, read_manifest(directory))}
+    unknown = [name for name in shard_names if name not in items]
+    if unknown:
+        raise ValueError(f"{directory}: shards {unknown} are not in its manifest")
+    for entry in shard_samples(items[name] for name in shard_names):
+        record = decode_shard_entry(entry)
+        record.pop("image")
+        yield record
 
 
 def stratum(labels: dict[str, Any], heads: list[str]) -> str:

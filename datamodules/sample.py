@@ -80,6 +80,12 @@ class Sample:
 
 def decode_shard_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """Turn a raw WebDataset entry back into a Sample-shaped dict (image bytes or None)."""
-    record = json.loads(entry["json"])
+    try:
+        record = json.loads(entry["json"])
+    except (KeyError, ValueError) as error:  # no record member, or one that is not UTF-8 JSON
+        problem = "has no .json record" if isinstance(error, KeyError) else f"has a .json record that is not JSON ({error})"
+        raise SampleError(f"shard {entry.get('__url__')}: sample {entry.get('__key__')} {problem}") from None
+    if not isinstance(record, dict):
+        raise SampleError(f"shard {entry.get('__url__')}: sample {entry.get('__key__')} has a .json record that is not an object")
     record["image"] = next((entry[ext] for ext in IMAGE_EXTENSIONS if ext in entry), None)
     return record

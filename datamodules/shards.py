@@ -20,8 +20,10 @@ from typing import Any
 
 import webdataset as wds
 
+from datamodules.manifest_checks import check_manifest, parse_manifest
 from datamodules.paths import OutsideRoot, resolve_within
-from datamodules.sample import Sample
+from datamodules.sample import Sample, decode_shard_entry
+from datamodules.tar_reader import shard_samples
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -54,8 +56,9 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"no {MANIFEST} in {directory}: the shards were never completed")
-    manifest = json.loads(path.read_text())
+    manifest = parse_manifest(path)
     check_shard_names(manifest, path)
+    check_manifest(manifest, path)
     return manifest
 
 
@@ -166,6 +169,7 @@ def write_shards(
     shards = [shard for writer in writers.values() for shard in writer.shards]
     for shard in shards:
         shard["sha256"] = sha256_file(partial / shard["name"])
+        shard["bytes"] = (partial / shard["name"]).stat().st_size
     manifest = {
         "dataset": dataset,
         "schema_version": SCHEMA_VERSION,
@@ -209,16 +213,26 @@ def remove_stale_partials(out_dir: Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
+def shard_items(directory: Path, manifest: dict[str, Any], splits: list[str] | None = None) -> list[dict[str, Any]]:
+    """Reader items for the shards of `splits` (None: all): each carries what its manifest record says
+    (sample count, sha256, size in bytes), so the tar reader checks the shard against it while reading."""
+    items = []
+    for shard in manifest["shards"]:
+        if splits is None or shard["split"] in splits:
+            path = directory / shard["name"]
+            if not path.is_file():
+                raise FileNotFoundError(f"shard {path} listed in the manifest is missing")
+            items.append({"url": str(path), **{key: shard[key] for key in ("count", "sha256", "bytes") if key in shard}})
+    return items
+
+
 def verify_shards(directory: str | Path) -> dict[str, Any]:
-    """Check every shard's checksum against the manifest; raise naming the first shard that differs."""
+    """Read every shard once: complete tar, checksum, size and sample count as the manifest records them;
+    raise naming the first shard that differs."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    for shard in manifest["shards"]:
-        path = directory / shard["name"]
-        if not path.is_file():
-            raise FileNotFoundError(f"shard {path} listed in the manifest is missing")
-        if sha256_file(path) != shard["sha256"]:
-            raise ValueError(f"shard {path} does not match its manifest checksum (corrupt or rewritten)")
+    for _ in shard_samples(shard_items(directory, manifest)):
+        pass
     return manifest
 
 
@@ -246,13 +260,11 @@ def conversion_summary(manifest: dict[str, Any], show_skipped: int = 20) -> str:
 
 def read_samples(directory: str | Path, splits: list[str] | None = None) -> list[dict[str, Any]]:
     """Every sample (image bytes included) of the given splits (None: all), in shard order: for scoring
-    whole splits outside a training loop (evaluation, zero-shot, prediction)."""
-    from datamodules.sample import decode_shard_entry
-    from datamodules.tar_reader import shard_samples
-
+    whole splits outside a training loop (evaluation, zero-shot, prediction). Each shard is checked
+    against its manifest record (complete tar, checksum, size, sample count) in the same pass."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    urls = [str(directory / s["name"]) for s in manifest["shards"] if splits is None or s["split"] in splits]
-    if not urls:
+    items = shard_items(directory, manifest, splits)
+    if not items:
         raise ValueError(f"{directory}: no shards in splits {splits} (splits: {sorted(manifest['counts']['split'])})")
-    return list(wds.DataPipeline(wds.SimpleShardList(urls), shard_samples, wds.map(decode_shard_entry)))
+    return [decode_shard_entry(entry) for entry in shard_samples(items)]

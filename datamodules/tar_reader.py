@@ -7,10 +7,18 @@ apart directly (a few µs per member), still checks every header checksum, under
 headers and GNU long names, and hands the members to webdataset's own `group_by_keys`, so samples
 (keys, suffixes, `__url__`, metadata files skipped, no sample spanning two shards) are exactly what
 `tarfile_to_samples` yields. Only local files: crossmod's shards live under `shard_root`.
+
+It is stricter than `tarfile` about the end: a shard must end with the two zero blocks of a complete
+archive (then only zero padding), so a file cut at ANY byte is an error naming the shard and the
+byte where it ends; `tarfile` takes a cut at a block boundary or inside padding for a normal end and
+yields fewer members. A shard item may also carry what its manifest records (`count` samples,
+`sha256`, `bytes`), which are then checked in the same pass.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -18,13 +26,27 @@ from typing import Any
 from webdataset.tariterators import group_by_keys
 
 BLOCK = 512
+ZERO_BLOCK = bytes(BLOCK)
 REGULAR = (b"0", b"\0", b"7")  # regular file, old-style regular file, contiguous file
 METADATA_NAME = re.compile(r"__[^/]*__($|/)")  # webdataset's default `skip_meta`
 READ_BUFFER = 1 << 20
 
 
 class ShardFormatError(ValueError):
-    """A shard that is not a readable tar; the message names the shard and the byte offset."""
+    """A shard that is not a complete, readable tar, or not the one its manifest describes; the message
+    names the shard and the byte offset."""
+
+
+class _HashingReader:
+    """A file whose every byte read also goes into a digest: the checksum costs no second pass."""
+
+    def __init__(self, stream: Any, digest: Any) -> None:
+        self.stream, self.digest = stream, digest
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.digest.update(data)
+        return data
 
 
 def _number(field: bytes) -> int:
@@ -46,37 +68,51 @@ def _pax_records(data: bytes) -> dict[str, str]:
     return records
 
 
-def tar_members(path: str) -> Iterator[tuple[str, bytes]]:
+def tar_members(path: str, *, sha256: str | None = None, size: int | None = None) -> Iterator[tuple[str, bytes]]:
     """(name, bytes) of every regular file in the tar at `path`, in archive order.
 
-    Raises ShardFormatError naming the shard and offset for a bad checksum or a truncated member.
+    Raises ShardFormatError naming the shard and offset for a bad header, a file that ends anywhere
+    before the end of the archive, or (given the manifest's `size` in bytes and `sha256`) a shard
+    that is not the one the manifest describes.
     """
     long_name: str | None = None
     pax: dict[str, str] = {}
     offset = 0
-    with open(path, "rb", buffering=READ_BUFFER) as stream:
+    with open(path, "rb", buffering=READ_BUFFER) as file:
+        file_size = os.fstat(file.fileno()).st_size
+        if size is not None and file_size != size:
+            cut = f"truncated at byte {file_size}" if file_size < size else f"{file_size - size} bytes too long"
+            raise ShardFormatError(
+                f"shard {path} does not match its manifest checksum (corrupt or rewritten): "
+                f"{file_size} bytes where the manifest records {size}, {cut}"
+            )
+        digest = hashlib.sha256() if sha256 is not None else None
+        stream = file if digest is None else _HashingReader(file, digest)
         while True:
             header = stream.read(BLOCK)
-            if not header or header.count(0) == BLOCK:  # end of archive (zero block) or of the file
-                return
             if len(header) < BLOCK:
-                raise ShardFormatError(f"shard {path}: truncated tar header at byte {offset}")
+                raise ShardFormatError(_cut(path, file_size, offset, "a tar header"))
+            if header == ZERO_BLOCK:
+                _end_of_archive(path, stream, file_size, offset)
+                if digest is not None and digest.hexdigest() != sha256:
+                    raise ShardFormatError(f"shard {path} does not match its manifest checksum (corrupt or rewritten)")
+                return
             try:
                 stored = _number(header[148:156])
-                size = _number(header[124:136])
+                size_field = _number(header[124:136])
             except ValueError as error:
                 raise ShardFormatError(f"shard {path}: unreadable tar header at byte {offset} ({error})") from error
             if not _checksum_matches(header, stored):
                 raise ShardFormatError(f"shard {path}: tar header checksum mismatch at byte {offset} (corrupt shard)")
             kind = header[156:157]
-            size = int(pax.get("size", size)) if kind in REGULAR else size
-            data = stream.read(size)
-            if len(data) < size:
-                raise ShardFormatError(f"shard {path}: member at byte {offset} is truncated ({len(data)} of {size} bytes)")
-            padding = -size % BLOCK
+            member_size = int(pax.get("size", size_field)) if kind in REGULAR else size_field
+            padding = -member_size % BLOCK
+            if offset + BLOCK + member_size + padding > file_size:
+                raise ShardFormatError(_cut(path, file_size, offset, f"the {member_size}-byte member whose header starts", member_size))
+            data = stream.read(member_size)
             if padding:
                 stream.read(padding)
-            offset += BLOCK + size + padding
+            offset += BLOCK + member_size + padding
             if kind == b"x":
                 pax = _pax_records(data)
             elif kind == b"L":
@@ -87,6 +123,34 @@ def tar_members(path: str) -> Iterator[tuple[str, bytes]]:
                 yield name, data
             elif kind != b"g":  # directories, links, devices: no sample content (webdataset skips them too)
                 long_name, pax = None, {}
+
+
+def _cut(path: str, file_size: int, offset: int, what: str, member_size: int = 0) -> str:
+    """The message for a file that ends before the archive does: where it ends, and inside what."""
+    if file_size == offset:
+        return f"shard {path}: truncated at byte {file_size}: the file ends before the tar end-of-archive blocks"
+    if file_size < offset + BLOCK or not member_size:
+        return f"shard {path}: truncated at byte {file_size}, inside {what} at byte {offset}"
+    part = "its data" if file_size < offset + BLOCK + member_size else "its padding"
+    return f"shard {path}: truncated at byte {file_size}, inside {part} ({what} at byte {offset})"
+
+
+def _end_of_archive(path: str, stream: Any, file_size: int, offset: int) -> None:
+    """After the first zero block: a second one, then nothing but zero padding up to a whole block."""
+    second = stream.read(BLOCK)
+    if len(second) < BLOCK:
+        raise ShardFormatError(_cut(path, file_size, offset, "the end-of-archive blocks"))
+    if second != ZERO_BLOCK:
+        raise ShardFormatError(f"shard {path}: a lone zero block at byte {offset} is followed by more data (not a complete tar)")
+    end = offset + 2 * BLOCK
+    if (file_size - end) % BLOCK:
+        raise ShardFormatError(
+            f"shard {path}: truncated at byte {file_size}: a partial block after the end of the archive at byte {end} "
+            "(a tar file is whole 512-byte blocks)"
+        )
+    while rest := stream.read(READ_BUFFER):
+        if rest.count(0) != len(rest):
+            raise ShardFormatError(f"shard {path}: data after the end of the archive at byte {end} (a second archive appended?)")
 
 
 def _checksum_matches(header: bytes, stored: int) -> bool:
@@ -105,16 +169,29 @@ def _ustar_name(header: bytes) -> str:
     return name
 
 
-def _files(shards: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for shard in shards:
-        url = shard["url"]
-        for name, data in tar_members(url):
-            if METADATA_NAME.match(name) or ("/" not in name and name.startswith("__") and name.endswith("__")):
-                continue
-            yield {"fname": name, "data": data, "__url__": url}
-        yield {}  # end-of-shard marker: group_by_keys never joins members of two shards
+def _files(shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    url = shard["url"]
+    for name, data in tar_members(url, sha256=shard.get("sha256"), size=shard.get("bytes")):
+        if METADATA_NAME.match(name) or ("/" not in name and name.startswith("__") and name.endswith("__")):
+            continue
+        yield {"fname": name, "data": data, "__url__": url}
 
 
 def shard_samples(shards: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Pipeline stage: `{"url": path}` items (SimpleShardList, ResampledShards) → WebDataset samples."""
-    return group_by_keys(_files(shards))
+    """Pipeline stage: `{"url": path}` items (SimpleShardList, ResampledShards) → WebDataset samples.
+
+    Samples are grouped shard by shard (none spans two). An item that also carries its manifest's
+    `count` (samples), `sha256` and `bytes` is checked against them; a mismatch raises once the
+    shard has been read.
+    """
+    for shard in shards:
+        expected = shard.get("count")
+        if expected is None:
+            yield from group_by_keys(_files(shard))
+            continue
+        found = 0
+        for sample in group_by_keys(_files(shard)):
+            found += 1
+            yield sample
+        if found != expected:
+            raise ShardFormatError(f"shard {shard['url']} holds {found} samples, but its manifest says {expected}")

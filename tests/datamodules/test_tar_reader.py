@@ -76,5 +76,21 @@ def test_a_truncated_shard_is_an_error_not_a_shorter_epoch(tmp_path):
     path = _tar(tmp_path / "t.tar", [("a.json", b"1" * 600), ("b.json", b"2" * 600)], tarfile.PAX_FORMAT)
     raw = open(path, "rb").read()
     open(path, "wb").write(raw[: 1536 + 512 + 100])  # second member's data cut short
-    with pytest.raises(ShardFormatError, match=r"t\.tar: member at byte 1536 is truncated \(100 of 600 bytes\)"):
+    with pytest.raises(
+        ShardFormatError, match=r"t\.tar: truncated at byte 2148, inside its data \(the 600-byte member whose header starts at byte 1536\)"
+    ):
         list(shard_samples([{"url": path}]))
+
+
+def test_the_archive_must_end_with_two_zero_blocks(tmp_path):
+    """tarfile stops at the first zero block; a lone one followed by a member would hide that member."""
+    first = open(_tar(tmp_path / "1.tar", [("a.json", b"1")], tarfile.PAX_FORMAT), "rb").read()
+    second = open(_tar(tmp_path / "2.tar", [("b.json", b"2")], tarfile.PAX_FORMAT), "rb").read()
+    path = tmp_path / "lone.tar"
+    path.write_bytes(first[:1024] + bytes(512) + second)  # a.json, ONE zero block, then b.json
+    with pytest.raises(ShardFormatError, match=r"lone\.tar: a lone zero block at byte 1024 is followed by more data"):
+        list(shard_samples([{"url": str(path)}]))
+    empty = tmp_path / "empty.tar"
+    empty.write_bytes(b"")
+    with pytest.raises(ShardFormatError, match=r"empty\.tar: truncated at byte 0"):
+        list(shard_samples([{"url": str(empty)}]))
