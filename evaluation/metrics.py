@@ -3,6 +3,13 @@
 `HeadMetrics.update` only appends device tensors (no host syncs per step); everything is
 computed once at epoch end, after torchmetrics has gathered the states from every rank.
 States are kept flat (1-D) so that a rank that saw no sample still concatenates cleanly.
+
+Scores equal scikit-learn's on the same predictions: AUROC is `roc_auc_score` (multiclass:
+one-vs-rest, macro; multilabel: macro), accuracy is `accuracy_score` of the arg-max or of p ≥ 0.5
+(multilabel: `1 - hamming_loss`, the share of correct label decisions), F1 is `f1_score` (binary;
+macro over classes or labels). Where scikit-learn calls AUROC undefined (a class, or a label value,
+absent from the annotated items) it is NaN for every head kind, never 0, and the macro mean over
+heads leaves it out; `HeadMetrics.undefined` says which heads and why, for a warning.
 """
 
 from __future__ import annotations
@@ -30,8 +37,22 @@ from models.heads import head_width, label_mask, probabilities
 METRICS = ("auroc", "acc", "f1")
 
 
-def _has_both_classes(target: torch.Tensor) -> bool:
-    return target.numel() > 0 and bool((target == 1).any()) and bool((target == 0).any())
+def auroc_undefined(target: torch.Tensor, spec: dict[str, Any]) -> str | None:
+    """Why AUROC cannot be computed on these annotated labels (scikit-learn returns NaN), or None."""
+    count = target.shape[0]
+    if count == 0:
+        return "no annotated items"
+    if spec["kind"] == "binary":
+        positives = int((target == 1).sum())
+        return f"one class only: all {count} annotated items are {int(positives > 0)}" if positives in (0, count) else None
+    classes = spec["classes"]
+    if spec["kind"] == "multiclass":
+        present = torch.bincount(target.long(), minlength=len(classes))
+        missing = [classes[i] for i in range(len(classes)) if present[i] == 0]
+        return f"class {', '.join(map(repr, missing))} absent from the {count} annotated items" if missing else None
+    ones = target.sum(0).tolist()
+    constant = [f"{classes[i]!r} is {int(ones[i] > 0)}" for i in range(len(classes)) if ones[i] in (0, count)]
+    return f"label {', '.join(constant)} in all {count} annotated items" if constant else None
 
 
 def head_scores(probs: torch.Tensor, target: torch.Tensor, spec: dict[str, Any]) -> dict[str, float]:
@@ -41,21 +62,22 @@ def head_scores(probs: torch.Tensor, target: torch.Tensor, spec: dict[str, Any])
     if target.numel() == 0:
         return {name: math.nan for name in METRICS}
     kind = spec["kind"]
+    defined = auroc_undefined(target, spec) is None
     if kind == "binary":
         target = target.long()
-        auroc = float(binary_auroc(probs, target)) if _has_both_classes(target) else math.nan
+        auroc = float(binary_auroc(probs, target)) if defined else math.nan
         return {"auroc": auroc, "acc": float(binary_accuracy(probs, target)), "f1": float(binary_f1_score(probs, target))}
     n = len(spec["classes"])
     if kind == "multiclass":
         target = target.long()
         return {
-            "auroc": float(multiclass_auroc(probs, target, num_classes=n)),
+            "auroc": float(multiclass_auroc(probs, target, num_classes=n)) if defined else math.nan,
             "acc": float(multiclass_accuracy(probs, target, num_classes=n, average="micro")),
             "f1": float(multiclass_f1_score(probs, target, num_classes=n, average="macro")),
         }
     target = target.long()
     return {
-        "auroc": float(multilabel_auroc(probs, target, num_labels=n)),
+        "auroc": float(multilabel_auroc(probs, target, num_labels=n)) if defined else math.nan,
         "acc": float(multilabel_accuracy(probs, target, num_labels=n)),
         "f1": float(multilabel_f1_score(probs, target, num_labels=n)),
     }
@@ -77,7 +99,8 @@ def _cat(state: list[torch.Tensor] | torch.Tensor) -> torch.Tensor:
 
 
 class HeadMetrics(Metric):
-    """Collects probabilities and targets per head; `compute` returns `{head}/{metric}` and `mean/{metric}`."""
+    """Collects probabilities and targets per head; `compute` returns `{head}/{metric}` and `mean/{metric}`,
+    and leaves in `undefined` (head → reason) the heads whose scores it had to leave out of the mean."""
 
     full_state_update = False
 
@@ -87,6 +110,7 @@ class HeadMetrics(Metric):
         for name in self.heads:
             self.add_state(f"probs_{name}", default=[], dist_reduce_fx="cat")
             self.add_state(f"target_{name}", default=[], dist_reduce_fx="cat")
+        self.undefined: dict[str, str] = {}
 
     def update(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> None:
         for name, spec in self.heads.items():
@@ -106,7 +130,14 @@ class HeadMetrics(Metric):
         return probs, target
 
     def compute(self) -> dict[str, float]:
-        per_head = {name: head_scores(*self.gathered(name), spec) for name, spec in self.heads.items()}
+        per_head, self.undefined = {}, {}
+        for name, spec in self.heads.items():
+            probs, target = self.gathered(name)  # gathered from every rank: compute syncs states first
+            per_head[name] = head_scores(probs, target, spec)
+            reason = auroc_undefined(target[label_mask(target)], spec)
+            if reason is not None:
+                undefined = ", ".join(metric for metric, value in per_head[name].items() if math.isnan(value))
+                self.undefined[name] = f"{undefined} undefined ({reason})"
         flat = {f"{head}/{metric}": value for head, scores in per_head.items() for metric, value in scores.items()}
         flat.update({f"mean/{metric}": value for metric, value in macro_mean(per_head).items()})
         return flat

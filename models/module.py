@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from models.heads import ClassificationHeads, masked_loss, probabilities
 from models.sharding import gathered, tell_transformers, zero3_config
 
 EVAL_STAGES = ("val", "test")
+log = logging.getLogger(__name__)
 
 
 def _plain(config: Any) -> Any:
@@ -108,10 +110,20 @@ class MemeClassifier(L.LightningModule):
 
     def _log_epoch_metrics(self, stage: str) -> None:
         results = self.metrics[stage].compute()
+        self._warn_undefined(stage, self.metrics[stage].undefined)
         results["loss"] = float(self.losses[stage].compute())
         self.metrics[stage].reset()
         self.losses[stage].reset()
         self.log_dict({f"{stage}/{key}": value for key, value in results.items()}, sync_dist=False, rank_zero_only=False)
+
+    def _warn_undefined(self, stage: str, undefined: dict[str, str]) -> None:
+        """One warning per head and evaluation (rank 0; not for the sanity check's few batches): a NaN
+        score is left out of `{stage}/mean/*`, which is what checkpointing and sweeps compare."""
+        trainer = self._trainer
+        if trainer is not None and (trainer.sanity_checking or not trainer.is_global_zero):
+            return
+        for head, what in undefined.items():
+            log.warning("%s: head %s: %s: NaN, left out of %s/mean", stage, head, what, stage)
 
     def on_validation_epoch_end(self) -> None:
         self._log_epoch_metrics("val")

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
+from sklearn.exceptions import UndefinedMetricWarning
+from sklearn.metrics import accuracy_score, f1_score, hamming_loss, roc_auc_score
 
 from evaluation.metrics import HeadMetrics
 from models.heads import ClassificationHeads, masked_loss
@@ -91,3 +92,62 @@ def test_multiclass_and_multilabel_metrics():
     result = metric.compute()
     assert result["sentiment/acc"] == 1.0
     assert result["emotion/acc"] == 1.0
+
+
+def _sklearn_scores(kind: str, probs: np.ndarray, target: np.ndarray) -> dict[str, float]:
+    """The scikit-learn reference for each head kind (multilabel accuracy: the share of correct label decisions)."""
+    if kind == "multiclass":
+        auroc = roc_auc_score(target, probs, multi_class="ovr", average="macro", labels=list(range(probs.shape[1])))
+        decided = probs.argmax(1)
+        return {"auroc": auroc, "acc": accuracy_score(target, decided), "f1": f1_score(target, decided, average="macro")}
+    decided = (probs >= 0.5).astype(int)
+    return {
+        "auroc": roc_auc_score(target, probs, average="macro"),
+        "acc": 1 - hamming_loss(target, decided),
+        "f1": f1_score(target, decided, average="macro"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["multiclass", "multilabel"])
+def test_multiclass_and_multilabel_scores_equal_sklearn(kind):
+    rng = np.random.default_rng(1)
+    spec = HEADS["sentiment" if kind == "multiclass" else "emotion"]
+    width = len(spec["classes"])
+    logits = torch.tensor(rng.normal(size=(60, width)), dtype=torch.float32)
+    target = torch.tensor(rng.integers(0, width, 60)) if kind == "multiclass" else torch.tensor(rng.integers(0, 2, (60, width)))
+    metric = HeadMetrics({"h": spec})
+    for rows in torch.arange(60).split(16):  # several steps, one epoch
+        metric.update({"h": logits[rows]}, {"h": target[rows]})
+    result = metric.compute()
+    probs = (logits.softmax(-1) if kind == "multiclass" else logits.sigmoid()).numpy()
+    expected = _sklearn_scores(kind, probs, target.numpy())
+    for name in ("auroc", "acc", "f1"):
+        assert result[f"h/{name}"] == pytest.approx(expected[name], abs=1e-6), name
+    assert metric.undefined == {}
+
+
+@pytest.mark.parametrize(
+    "kind, target, reason",
+    [
+        ("binary", [1, 1, 1, 1], "one class only: all 4 annotated items are 1"),
+        ("multiclass", [0, 0, 2, 2], "class 'neu' absent from the 4 annotated items"),
+        ("multiclass", [1, 1, 1, 1], "class 'neg', 'pos' absent from the 4 annotated items"),
+        ("multilabel", [[1, 0, 1, 0], [1, 1, 0, 0], [1, 0, 0, 1], [1, 1, 1, 0]], "label 'a' is 1 in all 4 annotated items"),
+    ],
+)
+def test_undefined_auroc_is_nan_for_every_kind_as_in_sklearn(kind, target, reason):
+    spec = {"binary": HEADS["US"], "multiclass": HEADS["sentiment"], "multilabel": HEADS["emotion"]}[kind]
+    width = 1 if kind == "binary" else len(spec["classes"])
+    logits = torch.tensor(np.random.default_rng(2).normal(size=(4, width)), dtype=torch.float32).squeeze(-1)
+    metric = HeadMetrics({"h": spec, "US": HEADS["US"]})
+    metric.update({"h": logits, "US": torch.tensor([0.2, 0.8, 0.3, 0.9])}, {"h": torch.tensor(target), "US": torch.tensor([0, 1, 0, 1])})
+    result = metric.compute()
+    probs = (logits.softmax(-1) if kind == "multiclass" else logits.sigmoid()).numpy()
+    with pytest.warns(UndefinedMetricWarning):
+        if kind == "multiclass":
+            reference = roc_auc_score(np.array(target), probs, multi_class="ovr", labels=[0, 1, 2])
+        else:
+            reference = roc_auc_score(np.array(target), probs)
+    assert math.isnan(reference) and math.isnan(result["h/auroc"])
+    assert result["mean/auroc"] == result["US/auroc"] == 1.0  # the undefined head is left out, not counted as 0
+    assert metric.undefined == {"h": f"auroc undefined ({reason})"}
