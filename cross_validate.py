@@ -5,6 +5,10 @@ with the same overrides, under `<this run dir>/fold{k}`; afterwards the folds ar
 `training.cv_report` and the chosen cross-validation metric is returned, which makes this the
 program for sweeps that score a trial by its cross-validation mean (Optuna: `-m hparams_search=…`,
 W&B: `configs/sweeps/*_cv.yaml`).
+
+`cv.per_culture=true` trains one model per binary head instead (`<name>-FT-<culture>`, every other head
+removed), and `cv.zeroshot=<experiment>` answers the same memes zero-shot first (same data and base
+model overrides); the report then holds the culture-transfer table (the Multi3Hate study's Table 11).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import training.resolvers  # noqa: F401  (registers ${run_id:} …)
 
 ROOT = Path(__file__).resolve().parent
 # Overrides that belong to this launcher (or to Hydra's sweep), not to the fold runs.
-NOT_FOR_FOLDS = ("fold=", "num_folds=", "hparams_search=", "cv_metric=", "hydra.")
+NOT_FOR_FOLDS = ("fold=", "num_folds=", "hparams_search=", "cv_metric=", "hydra.", "cv.per_culture=", "cv.zeroshot=", "zeroshot.")
+# Overrides a zero-shot run shares with the fold runs: the same memes, base model, prompt and places.
+FOR_ZEROSHOT = ("data.", "model.name_or_path=", "model.preprocessor.", "model.prompt.", "paths.", "seed=", "zeroshot.")
 # A trial's W&B run belongs to this process; each fold opens its own run in the trial's group.
 WANDB_TRIAL_ENV = ("WANDB_RUN_ID", "WANDB_SWEEP_ID", "WANDB_SWEEP_PARAM_PATH", "WANDB_RESUME")
 
@@ -39,28 +45,59 @@ def fold_command(overrides: list[str], fold: int, num_folds: int, run_dir: Path)
     ]
 
 
+def models(cfg: DictConfig, run_dir: Path) -> list[tuple[str, list[str], Path]]:
+    """(experiment name, extra overrides, runs dir) of each model cross-validated: the configured one, or one per culture."""
+    if not cfg.cv.per_culture:
+        return [(cfg.name, [], run_dir)]
+    binary = [h for h, spec in cfg.data.heads.items() if spec.kind == "binary"]
+    if len(binary) < 2:
+        raise ValueError(f"cv.per_culture=true needs several binary heads (cultures); data.heads has {binary}")
+    return [
+        (f"{cfg.name}-FT-{c}", [f"~data.heads.{o}" for o in cfg.data.heads if o != c] + [f"name={cfg.name}-FT-{c}"], run_dir / f"FT-{c}")
+        for c in binary
+    ]
+
+
+def zeroshot_command(overrides: list[str], experiment: str, run_dir: Path) -> list[str]:
+    # `+zeroshot.…` (a key train.yaml lacks) is a plain override for the zero-shot experiment, which has it
+    kept = [o.removeprefix("+") if o.startswith("+zeroshot.") else o for o in overrides if o.lstrip("+~").startswith(FOR_ZEROSHOT)]
+    return [sys.executable, "-m", "training.zeroshot", f"experiment={experiment}", *kept, f"hydra.run.dir={run_dir}"]
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float:
-    from training.cv_report import report
+    from training.cv_report import TRANSFER, report
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     overrides = list(HydraConfig.get().overrides.task)
     env = {k: v for k, v in os.environ.items() if k not in WANDB_TRIAL_ENV}
     env["CROSSMOD_CV_GROUP"] = env.get("CROSSMOD_CV_GROUP") or f"{run_dir.parent.name}-{run_dir.name}"
-    for fold in range(cfg.num_folds):
-        command = fold_command(overrides, fold, cfg.num_folds, run_dir)
-        print(f"[cross_validate] fold {fold}/{cfg.num_folds}: {' '.join(command[1:])}", flush=True)
+    if cfg.cv.zeroshot:
+        command = zeroshot_command(overrides, cfg.cv.zeroshot, run_dir / "zeroshot_run")
+        print(f"[cross_validate] zero-shot: {' '.join(command[1:])}", flush=True)
         subprocess.run(command, cwd=ROOT, env=env, check=True)
-    result = report(run_dir, run_dir / "cv_report")[cfg.name]
-    if result.get("problems"):
-        raise RuntimeError(f"cross-validation of {cfg.name} in {run_dir} is incomplete: {result['problems']}")
-    value = result["metrics"][cfg.cv_metric]
-    print(f"[cross_validate] {cfg.name}: {cfg.cv_metric} = {value:.4f}  (report: {run_dir / 'cv_report' / cfg.name})", flush=True)
-    _log_trial(cfg, result)
-    return value
+    planned = models(cfg, run_dir)
+    for name, extra, runs_dir in planned:
+        for fold in range(cfg.num_folds):
+            command = fold_command([*overrides, *extra], fold, cfg.num_folds, runs_dir)
+            print(f"[cross_validate] {name} fold {fold}/{cfg.num_folds}: {' '.join(command[1:])}", flush=True)
+            subprocess.run(command, cwd=ROOT, env=env, check=True)
+    results = report(run_dir, run_dir / "cv_report")
+    transfer = results.pop(TRANSFER, None)
+    values = []
+    for name, _, _ in planned:
+        result = results[name]
+        if result.get("problems"):
+            raise RuntimeError(f"cross-validation of {name} in {run_dir} is incomplete: {result['problems']}")
+        values.append(result["metrics"][cfg.cv_metric])
+        print(f"[cross_validate] {name}: {cfg.cv_metric} = {values[-1]:.4f}  (report: {run_dir / 'cv_report' / name})", flush=True)
+        _log_trial(cfg, result, transfer)
+    if transfer is not None:
+        print(f"[cross_validate] culture transfer (Table 11): {run_dir / 'cv_report' / 'culture_transfer.md'}", flush=True)
+    return sum(values) / len(values)
 
 
-def _log_trial(cfg: DictConfig, result: dict) -> None:
+def _log_trial(cfg: DictConfig, result: dict, transfer: dict | None = None) -> None:
     """Under a W&B sweep agent (or logger=wandb), the trial's own run gets the cross-validation summary."""
     if "WANDB_SWEEP_ID" not in os.environ and "wandb" not in (cfg.get("logger") or {}):
         return
@@ -76,6 +113,11 @@ def _log_trial(cfg: DictConfig, result: dict) -> None:
         mode="offline" if wandb_offline() else "online",
     )
     run.summary.update({**result["metrics"], **{f"cv/{h}/pooled_oof_auroc": v for h, v in result["pooled_oof_auroc"].items()}})
+    if transfer is not None:
+        table = transfer["table"]
+        columns = list(next(iter(table.values())))
+        rows = [[model, *(f"{table[model][c]['acc_mean']:.4f} ± {table[model][c]['acc_std']:.4f}" for c in columns)] for model in table]
+        run.log({"cv/culture_transfer_acc": wandb.Table(columns=["model", *columns], data=rows)})
     run.finish()
 
 

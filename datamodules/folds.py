@@ -98,7 +98,10 @@ def ensure_inner_validation(directory: str | Path, entry: dict[str, Any], fold: 
         if assignment[record["group"]] != fold:
             groups.append(record["group"])
             strata.append(stratum(record["labels"], heads))
-    parts = max(2, round(1 / share))
+    unique = len(set(groups))
+    if unique < 2:
+        raise ValueError(f"{directory}: fold {fold} leaves {unique} group(s) for training; an inner validation split needs at least 2")
+    parts = max(2, min(round(1 / share), unique))  # tiny data: at least one group per part
     held = assign_folds(groups, strata, parts, seed=stored["seed"] + 1 + fold)
     val_groups = sorted(g for g, part in held.items() if part == 0)
     chosen = set(val_groups)

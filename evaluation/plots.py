@@ -48,3 +48,25 @@ def alignment_heatmap(matrix: dict[str, dict[str, float]], path: Path, title: st
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def transfer_heatmap(table: dict[str, dict[str, dict[str, float]]], metric: str, diagonal: dict[str, str], path: Path, title: str) -> Path:
+    """Rows: models; columns: cultures' labels; cell: fold mean of `metric` (the row's own culture boxed, best per column *)."""
+    rows, cols = list(table), list(next(iter(table.values())))
+    values = np.array([[table[r][c][f"{metric}_mean"] for c in cols] for r in rows])
+    fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 2.5, 0.7 * len(rows) + 1.5))
+    image = ax.imshow(values, cmap="viridis", vmin=np.nanmin(values), vmax=np.nanmax(values))
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set(xlabel="labels of culture", ylabel="model", title=title)
+    best = [int(np.nanargmax(values[:, j])) if not np.isnan(values[:, j]).all() else -1 for j in range(len(cols))]
+    for i, row in enumerate(rows):
+        for j, value in enumerate(values[i]):
+            ax.text(j, i, f"{value:.3f}" + ("*" if best[j] == i else ""), ha="center", va="center", color="white", fontsize=8)
+            if diagonal.get(row) == cols[j]:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -25,6 +25,9 @@ from datamodules.memes import RULES
 from evaluation.alignment import alignment_matrix
 from evaluation.plots import alignment_heatmap, roc_figure
 from training.callbacks.fold_results import FILENAME as FOLD_RESULT
+from training.transfer_report import transfer_report
+
+TRANSFER = "_culture_transfer"  # key of the culture-transfer table among the per-experiment results
 
 
 def find_runs(root: Path) -> dict[str, list[tuple[dict[str, Any], Path]]]:
@@ -172,6 +175,7 @@ def markdown(name: str, folds: dict, problems: list[str], result: dict[str, Any]
 def report(root: Path, out: Path | None = None) -> dict[str, Any]:
     """Write one report folder per experiment found under `root`; return the summaries."""
     results = {}
+    clean: dict[str, dict[int, dict[str, Any]]] = {}
     for name, runs in find_runs(root).items():
         runs, rule_problems = check_rules(runs)
         folds, problems = check_folds(runs) if runs else ({}, [])
@@ -185,6 +189,8 @@ def report(root: Path, out: Path | None = None) -> dict[str, Any]:
             problems.append(f"{len(result['ids_in_two_folds'])} sample ids are in two folds' validation sets")
         result["problems"] = problems
         result["folds"] = {str(k): str(d) for k, (_, d) in folds.items()}
+        if not problems:
+            clean[name] = {k: r for k, (r, _) in folds.items()}
         target = (out or root / "cv_report") / name
         target.mkdir(parents=True, exist_ok=True)
         roc_scores = {}
@@ -199,6 +205,9 @@ def report(root: Path, out: Path | None = None) -> dict[str, Any]:
         (target / "cv_summary.json").write_text(json.dumps(result, indent=1))
         (target / "cv_report.md").write_text(markdown(name, folds, problems, result))
         results[name] = result
+    transfer = transfer_report(clean, root, out or root / "cv_report")
+    if transfer is not None:
+        results[TRANSFER] = transfer
     return results
 
 
@@ -212,6 +221,7 @@ def main() -> None:
     results = report(args.runs, args.out)
     if not results:
         parser.error(f"no fold runs ({FOLD_RESULT}) under {args.runs}")
+    transfer = results.pop(TRANSFER, None)
     for name, result in results.items():
         mean = result.get("metrics", {}).get("cv/mean/auroc_mean")
         std = result.get("metrics", {}).get("cv/mean/auroc_std")
@@ -219,6 +229,8 @@ def main() -> None:
         print(f"{name}: held-out mean AUROC {mean:.4f} ± {std:.4f} (selection: {rule})" if mean is not None else f"{name}: no usable folds")
         for problem in result["problems"]:
             print(f"  problem: {problem}")
+    if transfer is not None:
+        print(f"culture transfer (Table 11): {(args.out or args.runs / 'cv_report') / 'culture_transfer.md'}")
 
 
 if __name__ == "__main__":
