@@ -20,6 +20,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import training.resolvers  # noqa: F401  (registers ${run_id:} …)
@@ -89,11 +90,29 @@ def main(cfg: DictConfig) -> float:
         result = results[name]
         if result.get("problems"):
             raise RuntimeError(f"cross-validation of {name} in {run_dir} is incomplete: {result['problems']}")
-        values.append(result["metrics"][cfg.cv_metric])
-        print(f"[cross_validate] {name}: {cfg.cv_metric} = {values[-1]:.4f}  (report: {run_dir / 'cv_report' / name})", flush=True)
+        held_out = result["metrics"]["cv/mean/auroc_mean"]
+        print(f"[cross_validate] {name}: held-out cv/mean/auroc_mean = {held_out:.4f} (report: {run_dir / 'cv_report' / name})", flush=True)
+        values.append(result["metrics"].get(cfg.cv_metric))
         _log_trial(cfg, result, transfer)
     if transfer is not None:
         print(f"[cross_validate] culture transfer (Table 11): {run_dir / 'cv_report' / 'culture_transfer.md'}", flush=True)
+    return sweep_value(cfg, values)
+
+
+def sweep_value(cfg: DictConfig, values: list[float | None]) -> float | None:
+    """What a sweeper gets: the selection sets' mean (`cv_metric`); never a held-out fold's score."""
+    if cfg.cv_metric.startswith("cv/"):
+        raise ValueError(
+            f"cv_metric={cfg.cv_metric} would score sweep trials on the held-out folds the report publishes; "
+            "use cv_selection/<head>/<metric>_mean (the folds' selection sets, cv.selection=inner)"
+        )
+    if any(v is None for v in values):
+        if HydraConfig.get().mode == RunMode.MULTIRUN or "WANDB_SWEEP_ID" in os.environ:
+            raise ValueError(
+                f"{cfg.cv_metric} was not measured: under cv.selection={cfg.cv.selection} the folds have no selection set "
+                "to score a sweep trial by; sweep with cv.selection=inner"
+            )
+        return None
     return sum(values) / len(values)
 
 
@@ -112,7 +131,9 @@ def _log_trial(cfg: DictConfig, result: dict, transfer: dict | None = None) -> N
         dir=HydraConfig.get().runtime.output_dir,
         mode="offline" if wandb_offline() else "online",
     )
-    run.summary.update({**result["metrics"], **{f"cv/{h}/pooled_oof_auroc": v for h, v in result["pooled_oof_auroc"].items()}})
+    run.summary.update(
+        {**result["metrics"], **{f"cv/{h}/pooled_oof_auroc": v for h, v in result["pooled_oof_auroc"].items() if v is not None}}
+    )
     if transfer is not None:
         table = transfer["table"]
         columns = list(next(iter(table.values())))

@@ -101,6 +101,15 @@ def check_folds(runs: list[tuple[dict[str, Any], Path]]) -> tuple[dict[int, tupl
     return kept, problems
 
 
+def _mean_std(per_metric: dict[str, list[float]], prefix: str) -> dict[str, float]:
+    summary = {}
+    for key, values in sorted(per_metric.items()):
+        array = np.array(values, dtype=float)
+        summary[f"{prefix}/{key}_mean"] = float(np.nanmean(array))
+        summary[f"{prefix}/{key}_std"] = float(np.nanstd(array, ddof=1)) if len(array) > 1 else 0.0
+    return summary
+
+
 def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
     """Mean ± sample std over folds of the held-out folds' metrics, plus pooled out-of-fold scores."""
     per_metric: dict[str, list[float]] = defaultdict(list)
@@ -110,11 +119,16 @@ def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
                 continue
             for name, value in scores.items():
                 per_metric[f"{head}/{name}"].append(math.nan if value is None else value)
-    summary = {}
-    for key, values in sorted(per_metric.items()):
-        array = np.array(values, dtype=float)
-        summary[f"cv/{key}_mean"] = float(np.nanmean(array))
-        summary[f"cv/{key}_std"] = float(np.nanstd(array, ddof=1)) if len(array) > 1 else 0.0
+    summary = _mean_std(per_metric, "cv")
+    # the selection set's scores of the selected weights: what a hyperparameter sweep may be scored by
+    per_selection: dict[str, list[float]] = defaultdict(list)
+    for result, _ in folds.values():
+        for head, scores in (result.get("selection_scores") or {}).items():
+            for name, value in scores.items():
+                if head != "all":
+                    per_selection[f"{head}/{name}"].append(math.nan if value is None else value)
+    if all(len(v) == len(folds) for v in per_selection.values()):
+        summary.update(_mean_std(per_selection, "cv_selection"))
     probs: dict[str, dict[str, float]] = defaultdict(dict)
     labels: dict[str, dict[str, int]] = defaultdict(dict)
     seen: dict[str, int] = {}
@@ -147,7 +161,7 @@ def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
 
 
 def markdown(name: str, folds: dict, problems: list[str], result: dict[str, Any]) -> str:
-    heads = sorted({k.split("/")[1] for k in result["metrics"]} - {"mean"}) + ["mean"]
+    heads = sorted({k.split("/")[1] for k in result["metrics"] if k.startswith("cv/")} - {"mean"}) + ["mean"]
     lines = [f"# Cross-validation: {name}", "", f"Folds used: {sorted(folds)}; out-of-fold samples: {result['oof_samples']}."]
     lines += ["", f"Selection rule: **{result['selection']['rule']}** — {result['selection']['description']}."]
     lines += ["Every number below is the held-out folds' single test pass (mean ± sample std over folds)."]
