@@ -68,12 +68,10 @@ def transfer_markdown(table: dict[str, dict[str, dict[str, float]]], metric: str
     columns = list(next(iter(table.values())))
     scale = 100.0 if metric == "acc" else 1.0
     digits = 1 if metric == "acc" else 3
-    best = {
-        c: max(
-            (r for r in table if not math.isnan(table[r][c][f"{metric}_mean"])), key=lambda r: table[r][c][f"{metric}_mean"], default=None
-        )
-        for c in columns
-    }
+    best = {}  # every row tied at the column's best mean is bold
+    for column in columns:
+        means = [table[r][column][f"{metric}_mean"] for r in table if not math.isnan(table[r][column][f"{metric}_mean"])]
+        best[column] = max(means) if means else math.nan
     lines = ["| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
     for row, cells in table.items():
         out = []
@@ -82,7 +80,7 @@ def transfer_markdown(table: dict[str, dict[str, dict[str, float]]], metric: str
             text = "—" if math.isnan(mean) else f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
             if diagonal.get(row) == column:
                 text = f"<u>{text}</u>"
-            if best[column] == row:
+            if cells[column][f"{metric}_mean"] == best[column]:
                 text = f"**{text}**"
             out.append(text)
         lines.append(f"| {row} | " + " | ".join(out) + " |")

@@ -37,3 +37,12 @@ def test_table_mean_and_sample_std_over_folds():
     assert math.isnan(de["auroc_mean"]) and math.isnan(de["auroc_std"])  # one class in each fold: undefined, not 0
     text = transfer_markdown(table, "acc", {"FT-US": "US"})
     assert "**<u>50.0 ± 70.7</u>**" in text and "| FT-US |" in text and "—" in transfer_markdown(table, "auroc", {})
+
+
+def test_rows_tied_at_a_column_best_are_all_bold():
+    labels = [{"US": {"x": 1, "y": 0}}, {"US": {"z": 1, "w": 0}}]
+    right = [[Answers({"x": 0.9, "y": 0.1}, {"x": 1, "y": 0})], [Answers({"z": 0.9, "w": 0.1}, {"z": 1, "w": 0})]]
+    wrong = [[Answers({"x": 0.1, "y": 0.9}, {"x": 0, "y": 1})], [Answers({"z": 0.1, "w": 0.9}, {"z": 0, "w": 1})]]
+    table = transfer_table({"A": {"US": right}, "B": {"US": right}, "C": {"US": wrong}}, labels)
+    rows = transfer_markdown(table, "acc", {}).splitlines()[2:]
+    assert [("**" in r) for r in rows] == [True, True, False]
