@@ -60,7 +60,10 @@ def prepare(data: DictConfig, out: str | None = None, force: bool = False, folds
             verify_shards(directory)
         else:
             print(f"Converting {source.name} from {source.raw_dir} to {directory} …", flush=True)
-            summary = source.summary()  # Multi3Hate: the annotation analysis, reused by the report below
+            summary = source.summary()
+            report = annotation_analysis(source)  # Multi3Hate: the study's annotation statistics, compact in the manifest
+            if report is not None:
+                summary = {**report.summary, **summary}
             write_shards(
                 source,
                 directory,
@@ -76,15 +79,24 @@ def prepare(data: DictConfig, out: str | None = None, force: bool = False, folds
             for path in write_annotation_report(source, directory):
                 print(f"annotation report: {path}", flush=True)
         if folds:
-            splits = sorted(set(data.train_splits) | set(data.val_splits))
+            splits = sorted(set(data.train_splits))  # folds divide the training splits, as MemeDataModule.fold_splits
             entry = ensure_folds(directory, folds, int(data.fold_seed), splits)
             print(f"folds: {folds} (seed {data.fold_seed}) over {splits}: samples per fold {entry['samples_per_fold']}")
     return directory, read_manifest(directory)
 
 
+def annotation_analysis(source: Any) -> Any:
+    """The study's annotation analysis of a source with final labels and per-annotator votes (Multi3Hate), else None."""
+    if getattr(source, "final_labels", None) is None:
+        return None
+    from evaluation.annotation_stats import annotation_report  # entry-point glue: the source only offers the data
+
+    return annotation_report(source.final_labels, source.raw_votes["by_culture"], source.cultures)
+
+
 def write_annotation_report(source: Any, directory: Path) -> list[Path]:
     """`dataset_report.{json,md}` + histogram for a source with per-annotator votes (Multi3Hate); [] otherwise."""
-    report = getattr(source, "annotation_report", None)
+    report = annotation_analysis(source)
     if report is None:
         return []
     from evaluation.dataset_report import write_dataset_report

@@ -297,10 +297,8 @@ class Multi3HateSource(RawSource):
         return result
 
     @cached_property
-    def annotation_report(self) -> Any:
-        """The study's annotation analysis (`evaluation.annotation_stats`) over final labels and raw votes."""
-        from evaluation.annotation_stats import annotation_report
-
+    def final_labels(self) -> dict[str, dict[str, int | None]]:
+        """Meme → culture → final label, for the annotation analysis (`datamodules.prepare`); unusable rows left out."""
         labels: dict[str, dict[str, int | None]] = {}
         for row in read_csv(self.annotations_path, ["Meme ID", *self.cultures]):
             meme_id = clean_id(row.values["Meme ID"]) if row.values else None
@@ -308,13 +306,15 @@ class Multi3HateSource(RawSource):
                 parsed = {c: parse_label(row.values[c]) for c in self.cultures}
                 if not any(problem for _, problem in parsed.values()):
                     labels[meme_id] = {c: value for c, (value, _) in parsed.items()}
-        return annotation_report(labels, self.raw_votes["by_culture"], self.cultures)
+        return labels
 
     def summary(self) -> dict[str, Any]:
-        """Compact annotation statistics for the manifest: hate share, pairwise and k-culture agreement, χ²,
-        Krippendorff's α per culture, the random-group comparison in σ units, raw vote counts."""
+        """What the manifest keeps of the annotations: raw vote counts and every row not used, with why.
+
+        The annotation analysis itself (α, χ², agreement, random groups) is computed from `final_labels`
+        and `raw_votes` by the scores in `evaluation.annotation_stats` (`datamodules.prepare` adds it)."""
         try:
-            report = self.annotation_report
+            labelled = len(self.final_labels)
         except FileProblem:
             return {}
-        return {**report.summary, "raw_annotations": self.raw_votes["stats"]}
+        return {"memes": labelled, "raw_annotations": self.raw_votes["stats"]}

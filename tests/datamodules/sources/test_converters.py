@@ -83,8 +83,8 @@ def test_multi3hate_options_and_summary(tmp_path):
     assert {s.lang for s in got.values()} == {"en", "zh"}
     assert got["multi3hate/10/en"].text == "top text 10 | bottom text"
     summary = src.summary()
-    assert summary["memes"] == 6 and set(summary["hate_share"]) == set(layouts.CULTURES)
-    assert summary["raw_annotations"]["rows"] == 6 * 5 * 3
+    assert summary["memes"] == 6 and summary["raw_annotations"]["rows"] == 6 * 5 * 3
+    assert len(src.final_labels) == 6 and set(src.final_labels["10"]) == set(layouts.CULTURES)
     with pytest.raises(ValueError, match="unknown Multi3Hate language codes"):
         source("multi3hate", raw, languages=["fr"])
 
