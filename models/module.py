@@ -26,6 +26,7 @@ from datamodules.even_batches import FILLER
 from evaluation.metrics import HeadMetrics
 from models.heads import ClassificationHeads, masked_loss, probabilities
 from models.sharding import gathered, tell_transformers, zero3_config
+from models.trusted_targets import check_checkpoint
 
 EVAL_STAGES = ("val", "test")
 log = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ class MemeClassifier(L.LightningModule):
         """`name_or_path` and `prompt` are family-level settings (the VLM's checkpoint and prompt) that the
         fusion and the preprocessor share through interpolation; they are kept with the hyperparameters."""
         super().__init__()
-        self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")})
+        # logger=False: loggers get the whole run config, secrets redacted (training/pipeline.py), not these
+        self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")}, logger=False)
         self.heads_spec = {name: dict(spec) for name, spec in _plain(heads).items()}
         self.preprocessor = instantiate(self.hparams.preprocessor, heads=self.heads_spec)
         self.backbone: nn.Module | None = None
@@ -64,6 +66,18 @@ class MemeClassifier(L.LightningModule):
         self.losses = nn.ModuleDict({stage: MeanMetric(nan_strategy="disable") for stage in EVAL_STAGES})
         self.prediction_records: list[dict[str, Any]] = []
         self.record_predictions = False
+
+    @classmethod
+    def load_from_checkpoint(
+        cls, checkpoint_path: str | Path, map_location: Any = None, strict: bool | None = None, **kwargs: Any
+    ) -> MemeClassifier:
+        """Lightning's loader, once the checkpoint's hyperparameters are checked: a checkpoint is data and
+        may only name crossmod's own parts (models/trusted_targets.py). Plain data only (weights_only)."""
+        if kwargs.get("hparams_file") is not None:
+            raise ValueError("hparams_file is not supported: a crossmod checkpoint carries its own (checked) hyperparameters")
+        check_checkpoint(checkpoint_path)
+        kwargs["weights_only"] = True
+        return super().load_from_checkpoint(checkpoint_path, map_location=map_location, strict=strict, **kwargs)
 
     def configure_model(self) -> None:
         """Build encoders, fusion and heads once (Lightning calls this inside the strategy's init context)."""

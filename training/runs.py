@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-# Whole words of a key name: hub_token, api_key, WANDB_API_KEY, password; not tokenizer or max_new_tokens.
-SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|apikey|token|secret|password|passwd)($|[_-])", re.IGNORECASE)
-
-
-def redact(container: Any) -> Any:
-    """Copy of a plain config with values under secret-looking keys replaced."""
-    if isinstance(container, dict):
-        return {k: "***" if SECRET_KEY.search(str(k)) and v is not None else redact(v) for k, v in container.items()}
-    if isinstance(container, list):
-        return [redact(v) for v in container]
-    return container
+from training.secrets import redact  # the one rule for secret-looking keys (also for loggers and exports)
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
