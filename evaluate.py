@@ -1,5 +1,7 @@
 """Evaluate trained runs or exported cultures on a dataset and write a report folder:
-`python evaluate.py ckpt=<run dir | .ckpt | exported folder | folder of runs> data=<dataset> [split=test]`."""
+`python evaluate.py ckpt=<run dir | .ckpt | exported folder | folder of runs> data=<dataset> [split=auto]`.
+
+`split=auto` scores each fold run on its own held-out fold and every other run on the test split."""
 
 from pathlib import Path
 
@@ -14,24 +16,28 @@ def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
     from datamodules.shards import read_manifest
-    from training.evaluating import evaluate, load_models, split_records
+    from training.evaluating import evaluate, load_models
+    from training.scored_splits import run_facts, scored_splits
 
     OmegaConf.resolve(cfg)
     ckpt = Path(cfg.ckpt)
-    models = load_models(ckpt)
+    facts = run_facts(ckpt)
+    models = load_models(ckpt)  # weights are checked (and refused) before any data is prepared
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.manifest = read_manifest(datamodule.dataset_dir)
-    records = split_records(datamodule, cfg.split)
+    scored = scored_splits(facts, cfg.split, datamodule.dataset_dir, datamodule.test_splits)
     dataset = datamodule.manifest["dataset"]
     out = Path(cfg.out) if cfg.out else (ckpt.parent if ckpt.is_file() else ckpt) / f"report-{dataset}-{cfg.split}"
-    report = evaluate(models, records, dict(datamodule.heads), out, cfg.batch_size, cfg.threshold, dataset)
+    report = evaluate(models, scored, dict(datamodule.heads), out, cfg.batch_size, cfg.threshold, dataset)
     print((out / "summary.md").read_text())
     from datamodules.prepare import write_annotation_report
 
     for path in write_annotation_report(datamodule.source, out):  # Multi3Hate with raw votes: dataset_report.*
         print(f"[evaluate] annotation report: {path}")
-    print(f"[evaluate] {len(report['runs'])} run(s) × {report['items']} items → {out}")
+    for name, entry in report["runs"].items():
+        print(f"[evaluate] {name}: {entry['split']['scored']} ({entry['split']['items']} memes)")
+    print(f"[evaluate] {len(report['runs'])} run(s), {report['items']} distinct items → {out}")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ def run_model(run_dir: Path, checkpoint: str = "best") -> tuple[MemeClassifier, 
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     metrics = json.loads((run_dir / "metrics.json").read_text())
     named = {"best": metrics["best_checkpoint"], "last": run_dir / "checkpoints" / "last.ckpt"}
+    if not named["best"] and (metrics.get("selection") or {}).get("weights") == "final":
+        named["best"] = named["last"]  # no selection (cv.selection=last, or a NaN monitor): the run scored its final weights
     path = Path(named.get(checkpoint) or checkpoint)
     if is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
         check_trusted(config.get("model"), run_dir / "config.yaml", root=MODEL_ROOT)

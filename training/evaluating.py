@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from evaluation.functional import functional_markdown, functional_report, functi
 from evaluation.metrics import head_scores
 from evaluation.plots import alignment_heatmap, roc_figure
 from evaluation.task_metrics import performance_score, subset_rule_accuracy, toxictags_stages
-from training.predicting import predict
+from training.predicting import predict, write_predictions
+from training.scored_splits import ScoredSplit
 
 
 def load_models(ckpt: Path) -> list[tuple[str, Any]]:
@@ -34,13 +36,6 @@ def load_models(ckpt: Path) -> list[tuple[str, Any]]:
     if not runs:
         raise FileNotFoundError(f"{ckpt}: no run (metrics.json), checkpoint or exported culture folder")
     return [(str(run.relative_to(ckpt)), run_model(run)[0]) for run in runs]
-
-
-def split_records(datamodule: Any, split: str) -> list[dict[str, Any]]:
-    """The memes of one split of the datamodule's shards (`all`: every split)."""
-    from datamodules.shards import read_samples
-
-    return read_samples(datamodule.dataset_dir, None if split == "all" else [split])
 
 
 def _labels(records: list[dict[str, Any]], head: str, spec: dict[str, Any]) -> torch.Tensor:
@@ -72,18 +67,26 @@ def markers(matrices: list[dict[str, dict[str, float]]], alpha: float = 0.05) ->
 
 def evaluate(
     models: list[tuple[str, Any]],
-    records: list[dict[str, Any]],
+    scored: Mapping[str, ScoredSplit],
     data_heads: dict[str, dict[str, Any]],
     out: Path,
     batch_size: int,
     threshold: float,
     dataset: str,
 ) -> dict[str, Any]:
+    """Score each run on its own memes (`scored[name]`: a fold run's held-out fold, or a split) and write
+    report.json, summary.md, per-run predictions and the figures into `out`."""
+    missing = [name for name, _ in models if name not in scored]
+    if missing:
+        raise KeyError(f"no memes to score for run(s) {missing} (given for {sorted(scored)})")
     out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"dataset": dataset, "items": len(records), "runs": {}}
+    scored_ids = {r["id"] for name, _ in models for r in scored[name].records}
+    report: dict[str, Any] = {"dataset": dataset, "items": len(scored_ids), "runs": {}}
     matrices = []
     for name, model in models:
+        records = scored[name].records
         rows = predict(model, records, batch_size, threshold)
+        write_predictions(rows, out / "predictions" / f"{name.replace('/', '_')}.csv")
         scores = {}
         for head, spec in model.heads_spec.items():
             if head in data_heads:
@@ -95,7 +98,12 @@ def evaluate(
         labels = {h: {i: r["labels"][h] for i, r in zip(ids, records) if r["labels"].get(h) is not None} for h in binary_data}
         matrix = alignment_matrix(probs, labels) if probs and labels else {}
         matrices.append(matrix)
-        entry: dict[str, Any] = {"metrics": scores, "alignment": matrix}
+        entry: dict[str, Any] = {
+            "split": scored[name].describe(),
+            "selection": scored[name].selection,
+            "metrics": scores,
+            "alignment": matrix,
+        }
         entry.update(_dataset_reports(model, rows, records, data_heads, threshold, out, name))
         report["runs"][name] = entry
         if matrix and name == models[0][0]:
@@ -162,7 +170,7 @@ def _dataset_reports(
 def summary_markdown(report: dict[str, Any], out: Path) -> str:
     lines = [f"# Evaluation on {report['dataset']} ({report['items']} items, {len(report['runs'])} run(s))", ""]
     for name, entry in report["runs"].items():
-        lines += [f"## {name}", "", "| head | AUROC | acc | F1 |", "|---|---|---|---|"]
+        lines += [f"## {name}", "", *_split_lines(entry), "", "| head | AUROC | acc | F1 |", "|---|---|---|---|"]
         for head, s in entry["metrics"].items():
             lines.append(f"| {head} | {s['auroc']:.3f} | {s['acc']:.3f} | {s['f1']:.3f} |")
         for key in ("toxictags", "memebridge"):
@@ -194,3 +202,19 @@ def summary_markdown(report: dict[str, Any], out: Path) -> str:
     if (out / "roc.png").is_file():
         lines += ["![ROC](roc.png)", ""]
     return "\n".join(lines)
+
+
+def _split_lines(entry: dict[str, Any]) -> list[str]:
+    """What a run was scored on and which rule chose its weights, as the summary states them."""
+    split, selection = entry["split"], entry.get("selection")
+    lines = [f"Scored on: {split['scored']} ({split['items']} memes; split={split['requested']})."]
+    if selection:
+        monitor = f", monitor {selection['monitor']}" if selection.get("monitor") else ""
+        lines.append(f"Weights: rule `{selection['rule']}` — {selection['description']}{monitor}.")
+        if selection.get("note"):
+            lines.append(f"Weights given: {selection['weights']}, {selection['note']}.")
+    else:
+        lines.append("Weights: selection rule unknown (no metrics.json beside these weights).")
+    if split.get("warning"):
+        lines.append(f"**Warning:** {split['warning']}")
+    return lines

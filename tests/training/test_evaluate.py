@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
+from datamodules.folds import iter_records
+from datamodules.memes import MemeDataModule
+from datamodules.shards import read_samples
+from datamodules.sources.mhc import MHCSource
 from evaluation.task_metrics import performance_score, subset_rule_accuracy, toxictags_stages
-from tests.conftest import ROOT, SMALL_DATA
+from tests.conftest import ROOT, SMALL_DATA, TrainRun
 from tests.datamodules.sources import layouts
+from tests.fixtures.small import small_synthetic
+from training.scored_splits import run_facts, scored_splits
 
 
 def _evaluate(*args: str) -> None:
@@ -19,30 +28,141 @@ def _evaluate(*args: str) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
 
 
-def test_folder_of_fold_runs_gets_alignment_with_markers(train_run, tmp_path):
-    train_run("-m", "fold=0,1,2", "num_folds=3", "debug=limit", *SMALL_DATA, env={"CROSSMOD_RUN_ID": "cv"})
-    sweep = train_run.log_dir / "synthetic_concat" / "multiruns" / "cv"
-    _evaluate(f"ckpt={sweep}", f"paths.data_dir={train_run.data_dir}", *SMALL_DATA, f"out={tmp_path / 'report'}")
+@pytest.fixture(scope="module")
+def fold_sweep(data_dir, tmp_path_factory) -> Path:
+    """Three real fold runs (fold=0,1,2 of 3) on the small synthetic set, shared by this module's tests."""
+    runs = TrainRun(data_dir, tmp_path_factory.mktemp("cv"))
+    runs("-m", "fold=0,1,2", "num_folds=3", "debug=limit", "trainer.limit_test_batches=1.0", *SMALL_DATA, env={"CROSSMOD_RUN_ID": "cv"})
+    return runs.log_dir / "synthetic_concat" / "multiruns" / "cv"
+
+
+def _fold_run(sweep: Path, fold: int) -> Path:
+    (run,) = [p.parent for p in sweep.glob("*/metrics.json") if json.loads(p.read_text())["fold"] == fold]
+    return run
+
+
+def _dataset_dir(run: Path) -> Path:
+    """The shards a run trained on: <data_dir>/shards/<dataset>-<fingerprint> (its manifest copy names both)."""
+    config = OmegaConf.load(run / "config.yaml")
+    manifest = json.loads((run / "manifest.json").read_text())
+    return Path(config.paths.data_dir) / "shards" / f"{manifest['dataset']}-{manifest['fingerprint']}"
+
+
+def _held_out_ids(run: Path) -> set[str]:
+    """The ids the run's own manifest copy puts in its held-out fold, read straight from the shards."""
+    fold = json.loads((run / "metrics.json").read_text())["fold"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    (entry,) = [f for f in manifest["folds"] if f["num_folds"] == 3 and f["seed"] == 0]
+    shards = [s["name"] for s in manifest["shards"] if s["split"] in entry["splits"]]
+    return {r["id"] for r in iter_records(_dataset_dir(run), shards) if entry["assignment"][r["group"]] == fold}
+
+
+def test_folder_of_fold_runs_scores_each_run_on_its_own_held_out_fold(fold_sweep, data_dir, tmp_path):
+    _evaluate(f"ckpt={fold_sweep}", f"paths.data_dir={data_dir}", *SMALL_DATA, f"out={tmp_path / 'report'}")
     report = json.loads((tmp_path / "report" / "report.json").read_text())
+    summary = (tmp_path / "report" / "summary.md").read_text()
     assert len(report["runs"]) == 3 and report["alignment"]["runs"] == 3
     assert set(report["alignment"]["markers"]) == {"US", "DE", "MX", "IN", "CN"}
     assert set(report["alignment"]["mean"]["US"]) == {"US", "DE", "MX", "IN", "CN"}
-    for entry in report["runs"].values():
+    folds = {}
+    for name, entry in report["runs"].items():
+        run = fold_sweep / name
+        metrics = json.loads((run / "metrics.json").read_text())
+        ids = [row["id"] for row in csv.DictReader(open(tmp_path / "report" / "predictions" / f"{name}.csv"))]
+        assert len(ids) == len(set(ids)) == entry["split"]["items"]
+        assert set(ids) == _held_out_ids(run)  # exactly the run's held-out fold, nothing else
+        folds[metrics["fold"]] = set(ids)
+        assert entry["split"] == {
+            "requested": "auto",
+            "scored": f"held-out fold {metrics['fold']} of 3",
+            "items": len(ids),
+            "warning": None,
+        }
+        assert entry["selection"] == metrics["selection"]
+        # same weights, same memes: the report's scores are the run's own test scores
         assert set(entry["metrics"]) == {"US", "DE", "MX", "IN", "CN"}
-    for name in ("summary.md", "alignment.png", "roc.png"):
+        for head, scores in entry["metrics"].items():
+            for metric in ("auroc", "acc", "f1"):
+                assert scores[metric] == pytest.approx(metrics["best"]["test"][head][metric], abs=1e-5), (name, head, metric)
+        section = summary.split(f"## {name}\n")[1].split("\n## ")[0]
+        assert f"Scored on: held-out fold {metrics['fold']} of 3 ({len(ids)} memes; split=auto)" in section
+        assert f"rule `{metrics['selection']['rule']}` — {metrics['selection']['description']}" in section
+    assert sorted(folds) == [0, 1, 2] and not (folds[0] & folds[1] or folds[0] & folds[2] or folds[1] & folds[2])
+    train_ids = {r["id"] for r in read_samples(_dataset_dir(_fold_run(fold_sweep, 0)), ["train"])}
+    assert folds[0] | folds[1] | folds[2] == train_ids and report["items"] == len(train_ids)
+    for name in ("alignment.png", "roc.png"):
         assert (tmp_path / "report" / name).is_file()
 
 
-def test_mhc_data_gets_the_functional_report(train_run, tmp_path):
+def test_explicit_split_all_warns_how_many_memes_the_fold_run_trained_on(fold_sweep, caplog):
+    run = _fold_run(fold_sweep, 1)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (entry,) = [f for f in manifest["folds"] if f["num_folds"] == 3 and f["seed"] == 0]
+    scored = scored_splits(run_facts(run), "all", _dataset_dir(run), ["test"])[run.name]
+    assert len(scored.records) == manifest["samples_written"]
+    trained = manifest["counts"]["split"]["train"] - entry["samples_per_fold"][1]
+    rule = json.loads((run / "metrics.json").read_text())["selection"]["rule"]
+    assert rule == "val_split"  # the synthetic set has its own validation split
+    assert f"trained (or chose its weights) on {trained} of these {manifest['samples_written']} memes" in scored.warning
+    assert f"chose its weights on {manifest['counts']['split']['val']} of them (rule val_split)" in scored.warning
+    assert any(scored.warning in record.getMessage() and record.levelname == "WARNING" for record in caplog.records)
+    (last,) = run_facts(run / "checkpoints" / "last.ckpt")  # a checkpoint file: its run's facts, and whether it is the chosen one
+    assert last.fold == 1 and "not the weights the run's rule chose" in last.selection["note"]
+    (best,) = run_facts(Path(json.loads((run / "metrics.json").read_text())["best_checkpoint"]))
+    assert best.fold == 1 and "note" not in best.selection
+    test_split = scored_splits(run_facts(run), "test", _dataset_dir(run), ["test"])[run.name]
+    assert test_split.warning is None and test_split.scored == "split test"  # never in its training folds
+
+
+def test_a_fold_run_pointed_at_other_data_is_refused(fold_sweep, tmp_path):
+    run = _fold_run(fold_sweep, 1)
+    fewer_groups, _ = small_synthetic(tmp_path, num_groups=30)  # same dataset name, other memes
+    with pytest.raises(
+        ValueError, match=r"was trained on dataset synthetic \[.*\] .*but the evaluated dataset is synthetic .*run's groups missing.*split="
+    ):
+        scored_splits(run_facts(run), "auto", fewer_groups, ["test"])
+    with pytest.raises(ValueError, match=r"was trained on dataset synthetic .* but the evaluated dataset is mhc .*give split="):
+        scored_splits(run_facts(run), "auto", _mhc_shards(tmp_path), [])
+
+
+def test_a_run_that_is_no_fold_run_on_data_without_a_test_split_errors_clearly(train_run, tmp_path):
+    train_run(
+        "debug=limit", "trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "test=false", *SMALL_DATA
+    )
+    (run,) = train_run.run_dirs("synthetic_concat")
+    assert json.loads((run / "metrics.json").read_text())["fold"] is None
+    message = r"run .* is not a fold run, so split=auto scores the dataset's test split .*dataset mhc .* has only the splits \['all'\]: give split="
+    with pytest.raises(ValueError, match=message):
+        scored_splits(run_facts(run), "auto", _mhc_shards(tmp_path), [])
+
+
+def _mhc_shards(tmp_path: Path) -> Path:
+    datamodule = MemeDataModule(
+        {"hateful": {"kind": "binary"}},
+        source=MHCSource(layouts.mhc(tmp_path / "mhc_raw")),
+        shard_root=str(tmp_path / "shards"),
+        train_splits=["all"],
+        val_splits=[],
+        test_splits=[],
+    )
+    datamodule.prepare_data()
+    return datamodule.dataset_dir
+
+
+def test_mhc_fold_run_gets_the_functional_report_on_its_held_out_fold(train_run, tmp_path):
     raw = layouts.mhc(tmp_path / "mhc")
     train_run("data=mhc", f"data.raw_dir={raw}", "model=text", "fold=0", "num_folds=2", "debug=limit", env={"CROSSMOD_RUN_ID": "mhc"})
     run = train_run.log_dir / "synthetic_concat" / "runs" / "mhc"
-    _evaluate(
-        f"ckpt={run}", "data=mhc", f"data.raw_dir={raw}", f"paths.data_dir={train_run.data_dir}", "split=all", f"out={tmp_path / 'r'}"
-    )
+    _evaluate(f"ckpt={run}", "data=mhc", f"data.raw_dir={raw}", f"paths.data_dir={train_run.data_dir}", f"out={tmp_path / 'r'}")
     entry = next(iter(json.loads((tmp_path / "r" / "report.json").read_text())["runs"].values()))
+    assert entry["split"]["scored"] == "held-out fold 0 of 2"  # MHC has no test split: split=auto scores the held-out fold
     assert len(entry["mhc"]["languages"]) >= 2 and entry["mhc"]["functionalities"]
-    assert entry["mhc"]["cases"] == json.loads((run / "manifest.json").read_text())["samples_written"]
+    (folds,) = json.loads((run / "manifest.json").read_text())["folds"]
+    assert entry["mhc"]["cases"] == entry["split"]["items"] == folds["samples_per_fold"][0]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["selection"]["weights"] == "final"  # its tiny inner validation split has one class: no selection
+    for metric in ("auroc", "acc", "f1"):  # the final weights (last.ckpt) on the same memes: the run's own test scores
+        assert entry["metrics"]["hateful"][metric] == pytest.approx(metrics["best"]["test"]["hateful"][metric], abs=1e-5)
     assert "## Multilingual HateCheck" in (tmp_path / "r" / "summary.md").read_text()
 
 
@@ -69,7 +189,9 @@ def test_functional_tests_callback_logs_per_functionality_accuracy(train_run, tm
     import csv
 
     raw = layouts.mhc(tmp_path / "mhc")
-    train_run("data=mhc", f"data.raw_dir={raw}", "model=text", "fold=0", "num_folds=2", "debug=limit", env={"CROSSMOD_RUN_ID": "fn"})
+    # validation is an inner split of the training fold; this one holds cases of both languages
+    overrides = ("fold=1", "num_folds=2", "cv.inner_share=0.4", "debug=limit")
+    train_run("data=mhc", f"data.raw_dir={raw}", "model=text", *overrides, env={"CROSSMOD_RUN_ID": "fn"})
     run = train_run.log_dir / "synthetic_concat" / "runs" / "fn"
     rows = [r for r in csv.DictReader(open(run / "csv" / "metrics.csv")) if r.get("val/mean/auroc")]
     header = rows[0].keys()
