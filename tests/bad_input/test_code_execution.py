@@ -194,3 +194,24 @@ def test_a_run_config_is_checked_before_weights_only_checkpoints_rebuild_from_it
     with pytest.raises(UntrustedConfigError, match=r"run/config.yaml: refused at image._target_: _target_ 'builtins.exec'"):
         run_model(run, str(run / "weights.safetensors"))
     assert not marker.exists()
+
+
+def test_every_shipped_model_config_names_only_trusted_targets():
+    """What train.py builds from configs/ must load again from its own export and checkpoints."""
+    from models.trusted_targets import TRUSTED_TARGETS
+
+    def targets(node):
+        if isinstance(node, dict):
+            yield from ([node["_target_"]] if "_target_" in node else [])
+            for value in node.values():
+                yield from targets(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from targets(value)
+
+    found = {}
+    for path in sorted((ROOT / "configs" / "model").glob("*.yaml")):
+        found.update(dict.fromkeys(targets(yaml.safe_load(path.read_text())), path.name))
+    for path in sorted((ROOT / "configs" / "experiment").glob("*.yaml")):
+        found.update(dict.fromkeys(targets((yaml.safe_load(path.read_text()) or {}).get("model")), path.name))
+    assert len(found) >= 15 and {t: p for t, p in found.items() if t not in TRUSTED_TARGETS} == {}
