@@ -59,10 +59,10 @@ def transfer_heatmap(table: dict[str, dict[str, dict[str, float]]], metric: str,
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows)
     ax.set(xlabel="labels of culture", ylabel="model", title=title)
-    best = [int(np.nanargmax(values[:, j])) if not np.isnan(values[:, j]).all() else -1 for j in range(len(cols))]
+    best = [np.nanmax(values[:, j]) if not np.isnan(values[:, j]).all() else np.nan for j in range(len(cols))]
     for i, row in enumerate(rows):
         for j, value in enumerate(values[i]):
-            ax.text(j, i, f"{value:.3f}" + ("*" if best[j] == i else ""), ha="center", va="center", color="white", fontsize=8)
+            ax.text(j, i, f"{value:.3f}" + ("*" if value == best[j] else ""), ha="center", va="center", color="white", fontsize=8)
             if diagonal.get(row) == cols[j]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
     fig.colorbar(image, ax=ax)

@@ -23,7 +23,7 @@ from models.heads import head_width
 from models.module import MemeClassifier
 from models.trusted_targets import MODEL_ROOT, check_trusted
 from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
-from training.secrets import redact
+from training.redaction import redact
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 LABEL_MAP = {"0": "non-hate", "1": "hate"}

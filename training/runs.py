@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from training.secrets import redact  # the one rule for secret-looking keys (also for loggers and exports)
+from training.redaction import redact  # the one rule for secret-looking keys (also for loggers and exports)
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.bad_input.conftest import SECRETS
-from training.secrets import is_secret_key, redact
+from training.redaction import is_secret_key, redact
 from training.wandb_offline import read_offline_run
 
 
