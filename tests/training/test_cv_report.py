@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from sklearn.metrics import roc_auc_score
@@ -15,7 +14,6 @@ from models.module import MemeClassifier
 from tests.conftest import SMALL_DATA
 from training.cv_report import report
 from training.predicting import predict
-
 
 HEADS = ("US", "DE", "MX", "IN", "CN")
 # every epoch's weights kept, so the test can score what selecting on the held-out fold would have reported
