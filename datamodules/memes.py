@@ -325,11 +325,6 @@ class MemeDataModule(L.LightningDataModule):
             return (self.val_splits if stage == "val" else self.test_splits), None
         if stage == "test":
             return self.fold_splits, "test"
-        if rule == "last":
-            raise RuntimeError(
-                f"cv.selection=last has no validation set (fold {self.fold}): the final weights are scored on the "
-                "held-out fold as test; use cv.selection=inner to select on data outside the held-out fold"
-            )
         return (self.val_splits, None) if rule == "val_split" else (self.fold_splits, "val")
 
     def _eval_dataloader(self, stage: str) -> DataLoader:
@@ -371,7 +366,11 @@ class MemeDataModule(L.LightningDataModule):
         )
         return next(iter(pipeline))
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader | list:
+        """Under cv.selection=last a fold run has no validation set: nothing (Lightning skips the loop, even
+        where a debug mode such as fast_dev_run would otherwise force one batch of it)."""
+        if self.selection_rule == "last":
+            return []
         return self._eval_dataloader("val")
 
     def test_dataloader(self) -> DataLoader:

@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from datamodules.shards import read_samples
+from datamodules.shards import fingerprint, read_samples
 from models.module import MemeClassifier
 from tests.conftest import SMALL_DATA
 from training.cv_report import report
@@ -59,7 +59,7 @@ def test_three_fold_cross_validation_scores_each_held_out_fold_once_with_weights
     assert len(fold_dirs) == 3
     manifest = json.loads((fold_dirs[0] / "manifest.json").read_text())
     entry = next(e for e in manifest["folds"] if e["num_folds"] == 3)
-    records = [r for r in read_samples(train_run.data_dir / "shards" / _dataset_name(train_run), ["train"])]
+    records = read_samples(train_run.data_dir / "shards" / f"{manifest['dataset']}-{fingerprint(manifest['params'])}", ["train"])
     honest, held_out_selected, test_ids = [], [], []
     for fold, run_dir in enumerate(fold_dirs):
         fold_result = json.loads((run_dir / "fold_result.json").read_text())
@@ -102,11 +102,6 @@ def test_three_fold_cross_validation_scores_each_held_out_fold_once_with_weights
     text = (out / "cv_report.md").read_text()
     assert "Selection rule: **inner**" in text and f"{sum(honest) / 3:.3f}" in text
     assert set(result["alignment"]) == set(HEADS)
-
-
-def _dataset_name(train_run) -> str:
-    (directory,) = [p.name for p in (train_run.data_dir / "shards").iterdir() if p.is_dir()]
-    return directory
 
 
 def test_fold_results_without_a_selection_rule_are_left_out(tmp_path):

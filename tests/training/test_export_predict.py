@@ -52,16 +52,18 @@ def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_
     folder = tmp_path / "export" / "DE"
     card = json.loads((folder / "culture_card.json").read_text())
     assert card["culture"] == "DE" and card["format"] == "peft-lora" and card["base_model"] == tiny
-    assert card["label_map"] == {"0": "non-hate", "1": "hate"} and card["metrics_per_fold"]["0"]["auroc"] == card["metrics"]["val"]["auroc"]
+    assert (
+        card["label_map"] == {"0": "non-hate", "1": "hate"} and card["metrics_per_fold"]["0"]["auroc"] == card["metrics"]["test"]["auroc"]
+    )
     assert (folder / "README.md").is_file() and (folder / "merged" / "model.safetensors").is_file()
 
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText
 
     peft_model = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(tiny), str(folder))
-    trained = torch.load(json.loads((run / "metrics.json").read_text())["best_checkpoint"], map_location="cpu", weights_only=False)[
-        "state_dict"
-    ]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["selection"]["weights"] == "final" and metrics["best_checkpoint"] is None  # cv.selection=last: the final weights
+    trained = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
     lora_b = {k: v for k, v in trained.items() if "lora_B" in k}
     loaded = {k: v for k, v in peft_model.state_dict().items() if "lora_B" in k}
     assert len(loaded) == len(lora_b) > 0 and any(v.abs().sum() > 0 for v in loaded.values())

@@ -16,7 +16,8 @@ from tests.conftest import ROOT, SMALL_DATA
 
 SWEEPS = sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))
 # What each program reports to a sweep (W&B reads the run summary, Optuna the return value).
-REPORTED_PREFIX = {"train.py": "val/", "cross_validate.py": "cv/"}
+# what a sweep may optimise: the selection set (val/ of a run, cv_selection/ of a cross-validation), never the held-out folds
+REPORTED_PREFIX = {"train.py": "val/", "cross_validate.py": "cv_selection/"}
 
 
 def _candidate_values(spec: dict) -> list:

@@ -83,11 +83,14 @@ def test_checkpoints_are_sharded_and_the_best_one_is_scored_exactly(zero3_run):
     best_epoch = int(best.name.removeprefix("epoch").removesuffix(".ckpt"))
     # the best checkpoint's weights restored into the sharded model score what that epoch scored
     assert metrics["best"]["val"]["mean"]["auroc"] == pytest.approx(history[best_epoch], abs=1e-6)
-    # every validation meme scored once per head although ranks held different numbers of batches
+    # every selection-set meme (the dataset's own validation split) and every held-out meme scored once,
+    # although ranks held different numbers of batches
     ids = {key[0] for key in _val_probabilities(zero3_run)}
     manifest = json.loads((zero3_run / "manifest.json").read_text())
+    assert len(ids) == manifest["counts"]["split"]["val"] and metrics["selection"]["rule"] == "val_split"
     (folds,) = [entry for entry in manifest["folds"] if entry["num_folds"] == 3]
-    assert len(ids) == folds["samples_per_fold"][0]
+    tested = [row["id"] for row in csv.DictReader(open(zero3_run / "predictions" / "test.csv"))]
+    assert len(set(tested)) == folds["samples_per_fold"][0] and len(tested) == len(set(tested)) * 5
 
 
 def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_scores(zero3_run, tmp_path):
