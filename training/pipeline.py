@@ -69,7 +69,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if no_validation:
         rank_zero_info("cv.selection=last: scoring the final weights on the held-out fold (test), once.")
     elif not best and cfg.get("train", True):
-        rank_zero_info("No best checkpoint (checkpointing disabled or no validation): scoring the current weights.")
+        monitor = _monitor(trainer)
+        why = (
+            f"no validation could be ranked by {monitor} (see the warnings above)" if monitor else "checkpointing disabled or no validation"
+        )
+        rank_zero_info(f"No best checkpoint ({why}): scoring the final weights.")
     ckpt_path = best or (None if cfg.get("train", True) else cfg.get("ckpt_path"))
     if ckpt_path and is_zero3(trainer.strategy):
         # A ZeRO-3 engine built for evaluation cannot load sharded checkpoints (DeepSpeed has no optimizer
