@@ -6,7 +6,6 @@ held-out fold is the test stage, scored once at the end, and no choice made duri
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
 from datamodules.memes import RULES
+from training.console import configure_console
 from training.consolidate import restore_weights, zero_state_dict
 from training.report import print_table
 from training.runs import copy_manifest, nest, save_config, write_metrics
@@ -30,15 +30,9 @@ def _instantiate_all(group: DictConfig | None) -> list[Any]:
     return [instantiate(node) for node in (group or {}).values() if node is not None and "_target_" in node]
 
 
-def _single_console_log() -> None:
-    """Lightning attaches its own console handler; Hydra's root handler already prints (and files) its records."""
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).handlers.clear()
-
-
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Fit, then score the best checkpoint on val and test; return (and save) the metrics."""
-    _single_console_log()
+    configure_console()
     check_allocation(cfg.trainer)  # under srun: trainer nodes x devices must match the job's tasks
     L.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.output_dir)
@@ -70,9 +64,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         rank_zero_info("cv.selection=last: scoring the final weights on the held-out fold (test), once.")
     elif not best and cfg.get("train", True):
         monitor = _monitor(trainer)
-        why = (
-            f"no validation could be ranked by {monitor} (see the warnings above)" if monitor else "checkpointing disabled or no validation"
-        )
+        if trainer.fast_dev_run:
+            why = "fast_dev_run suppresses checkpointing"
+        elif monitor:
+            why = f"no validation could be ranked by {monitor}; see the warnings above"
+        else:
+            why = "checkpointing disabled or no validation"
         rank_zero_info(f"No best checkpoint ({why}): scoring the final weights.")
     ckpt_path = best or (None if cfg.get("train", True) else cfg.get("ckpt_path"))
     if ckpt_path and is_zero3(trainer.strategy):

@@ -1,0 +1,49 @@
+"""One console: each log record printed once, no third-party advertisements, harmless library warnings silenced.
+
+Hydra's root handler prints (and files) every record; Lightning attaches console handlers of its own to
+the `lightning`, `lightning.pytorch` and `lightning.fabric` loggers, so each record came out twice.
+Only warnings known to be harmless for crossmod are filtered, each with the reason; crossmod's own
+warnings, and every other library warning, stay.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+# Records Lightning logs to advertise a product, not to report on the run.
+ADVERTISEMENTS = ("💡 Tip:",)
+
+# (message regex, why it is harmless here)
+HARMLESS_WARNINGS = (
+    (
+        r"\.with_length\(\) only sets the value of __len__",
+        "webdataset: crossmod sets the length on purpose so Lightning can size epochs; the epoch itself is fixed by with_epoch",
+    ),
+    (
+        r"Your `IterableDataset` has `__len__` defined",
+        "Lightning: each worker reads its own shards (ShardsForConsumer / resampled streams), so the length is exact",
+    ),
+    (
+        r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        "a deprecation inside Lightning's own code (utilities/_pytree.py), nothing crossmod calls",
+    ),
+)
+
+
+class _DropAdvertisements(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(ADVERTISEMENTS)
+
+
+def configure_console() -> None:
+    """Call once per process before the Trainer is built (idempotent)."""
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _DropAdvertisements) for f in rank_zero.filters):
+        rank_zero.addFilter(_DropAdvertisements())
+    for message, _why in HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
