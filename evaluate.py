@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> None:
     out = Path(cfg.out) if cfg.out else (ckpt.parent if ckpt.is_file() else ckpt) / f"report-{dataset}-{cfg.split}"
     report = evaluate(models, scored, dict(datamodule.heads), out, cfg.batch_size, cfg.threshold, dataset)
     print((out / "summary.md").read_text())
-    from datamodules.prepare import write_annotation_report
+    from evaluation.dataset_report import write_annotation_report
 
     for path in write_annotation_report(datamodule.source, out):  # Multi3Hate with raw votes: dataset_report.*
         print(f"[evaluate] annotation report: {path}")

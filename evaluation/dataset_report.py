@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from evaluation.annotation_stats import AnnotationReport  # noqa: E402
+from evaluation.annotation_stats import AnnotationReport, annotation_report  # noqa: E402
 
 REPORT_JSON, REPORT_MD, HISTOGRAM = "dataset_report.json", "dataset_report.md", "dataset_report_random_groups.png"
 
@@ -139,3 +139,18 @@ def _pct(value: float | None) -> str:
 
 def _num(value: float | None, fmt: str = ".3f") -> str:
     return "–" if value is None else format(value, fmt)
+
+
+def annotation_analysis(source: Any) -> AnnotationReport | None:
+    """The study's annotation analysis of a source with final labels and per-annotator votes (Multi3Hate), else None."""
+    if getattr(source, "final_labels", None) is None:
+        return None
+    return annotation_report(source.final_labels, source.raw_votes["by_culture"], source.cultures)
+
+
+def write_annotation_report(source: Any, directory: Path) -> list[Path]:
+    """`dataset_report.{json,md}` + histogram for a source with per-annotator votes (Multi3Hate); [] otherwise."""
+    report = annotation_analysis(source)
+    if report is None:
+        return []
+    return write_dataset_report(report, directory, source.name)

@@ -32,21 +32,21 @@ from torchmetrics.functional.classification import (
 )
 from torchmetrics.utilities import dim_zero_cat
 
-from models.heads import head_width, label_mask, probabilities
+from datamodules.heads import Head, label_mask, parse_heads
 
 METRICS = ("auroc", "acc", "f1")
 
 
-def auroc_undefined(target: torch.Tensor, spec: dict[str, Any]) -> str | None:
+def auroc_undefined(target: torch.Tensor, head: Head) -> str | None:
     """Why AUROC cannot be computed on these annotated labels (scikit-learn returns NaN), or None."""
     count = target.shape[0]
     if count == 0:
         return "no annotated items"
-    if spec["kind"] == "binary":
+    if head.kind == "binary":
         positives = int((target == 1).sum())
         return f"one class only: all {count} annotated items are {int(positives > 0)}" if positives in (0, count) else None
-    classes = spec["classes"]
-    if spec["kind"] == "multiclass":
+    classes = head.classes
+    if head.kind == "multiclass":
         present = torch.bincount(target.long(), minlength=len(classes))
         missing = [classes[i] for i in range(len(classes)) if present[i] == 0]
         return f"class {', '.join(map(repr, missing))} absent from the {count} annotated items" if missing else None
@@ -55,19 +55,19 @@ def auroc_undefined(target: torch.Tensor, spec: dict[str, Any]) -> str | None:
     return f"label {', '.join(constant)} in all {count} annotated items" if constant else None
 
 
-def head_scores(probs: torch.Tensor, target: torch.Tensor, spec: dict[str, Any]) -> dict[str, float]:
+def head_scores(probs: torch.Tensor, target: torch.Tensor, head: Head) -> dict[str, float]:
     """AUROC, accuracy and F1 of one head on annotated items; NaN where a metric is undefined."""
     mask = label_mask(target)
     probs, target = probs[mask], target[mask]
     if target.numel() == 0:
         return {name: math.nan for name in METRICS}
-    kind = spec["kind"]
-    defined = auroc_undefined(target, spec) is None
+    kind = head.kind
+    defined = auroc_undefined(target, head) is None
     if kind == "binary":
         target = target.long()
         auroc = float(binary_auroc(probs, target)) if defined else math.nan
         return {"auroc": auroc, "acc": float(binary_accuracy(probs, target)), "f1": float(binary_f1_score(probs, target))}
-    n = len(spec["classes"])
+    n = head.width
     if kind == "multiclass":
         target = target.long()
         return {
@@ -106,35 +106,34 @@ class HeadMetrics(Metric):
 
     def __init__(self, heads: dict[str, dict[str, Any]], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.heads = {name: dict(spec) for name, spec in heads.items()}
+        self.heads = parse_heads(heads)
         for name in self.heads:
             self.add_state(f"probs_{name}", default=[], dist_reduce_fx="cat")
             self.add_state(f"target_{name}", default=[], dist_reduce_fx="cat")
         self.undefined: dict[str, str] = {}
 
     def update(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> None:
-        for name, spec in self.heads.items():
-            probs = probabilities(logits[name].detach().float(), spec["kind"])
+        for name, head in self.heads.items():
+            probs = head.probabilities(logits[name].detach().float())
             getattr(self, f"probs_{name}").append(probs.reshape(-1))
             getattr(self, f"target_{name}").append(labels[name].float().reshape(-1))
 
     def gathered(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Probabilities and targets of one head, reshaped back from the flat states."""
-        spec = self.heads[name]
+        head = self.heads[name]
         probs, target = (_cat(getattr(self, f"{kind}_{name}")) for kind in ("probs", "target"))
-        width = head_width(spec)
-        if spec["kind"] == "binary":
+        if head.kind == "binary":
             return probs, target
-        probs = probs.reshape(-1, width)
-        target = target.reshape(-1, width) if spec["kind"] == "multilabel" else target
+        probs = probs.reshape(-1, head.width)
+        target = target.reshape(-1, head.width) if head.kind == "multilabel" else target
         return probs, target
 
     def compute(self) -> dict[str, float]:
         per_head, self.undefined = {}, {}
-        for name, spec in self.heads.items():
+        for name, head in self.heads.items():
             probs, target = self.gathered(name)  # gathered from every rank: compute syncs states first
-            per_head[name] = head_scores(probs, target, spec)
-            reason = auroc_undefined(target[label_mask(target)], spec)
+            per_head[name] = head_scores(probs, target, head)
+            reason = auroc_undefined(target[label_mask(target)], head)
             if reason is not None:
                 undefined = ", ".join(metric for metric, value in per_head[name].items() if math.isnan(value))
                 self.undefined[name] = f"{undefined} undefined ({reason})"

@@ -8,14 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def head_width(spec: dict[str, Any]) -> int:
-    """Number of logits a head needs: 1 for binary, one per class otherwise."""
-    if spec["kind"] == "binary":
-        return 1
-    if spec["kind"] in ("multiclass", "multilabel"):
-        return len(spec["classes"])
-    raise ValueError(f"unknown head kind {spec['kind']!r}; use binary, multiclass or multilabel")
+from datamodules.heads import label_mask, parse_heads
 
 
 class ClassificationHeads(nn.Module):
@@ -24,18 +17,13 @@ class ClassificationHeads(nn.Module):
     def __init__(self, in_dim: int, heads: dict[str, dict[str, Any]], dropout: float = 0.0) -> None:
         super().__init__()
         self.specs = {name: dict(spec) for name, spec in heads.items()}
-        self.widths = [head_width(spec) for spec in self.specs.values()]
+        self.widths = [head.width for head in parse_heads(self.specs).values()]
         self.dropout = nn.Dropout(dropout)
         self.linear = nn.Linear(in_dim, sum(self.widths))
 
     def forward(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
         logits = self.linear(self.dropout(features)).split(self.widths, dim=-1)
         return {name: chunk.squeeze(-1) if spec["kind"] == "binary" else chunk for (name, spec), chunk in zip(self.specs.items(), logits)}
-
-
-def label_mask(target: torch.Tensor) -> torch.Tensor:
-    """Items annotated for a head: labels are -1 where the source gave None."""
-    return target[..., 0] >= 0 if target.dim() == 2 else target >= 0
 
 
 def masked_loss(logits: torch.Tensor, target: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,7 +37,3 @@ def masked_loss(logits: torch.Tensor, target: torch.Tensor, kind: str) -> tuple[
         per_item = F.binary_cross_entropy_with_logits(logits, target.clamp(min=0).float(), reduction="none").mean(-1)
     count = mask.sum()
     return (per_item * mask).sum() / count.clamp(min=1.0), count
-
-
-def probabilities(logits: torch.Tensor, kind: str) -> torch.Tensor:
-    return logits.softmax(-1) if kind == "multiclass" else logits.sigmoid()

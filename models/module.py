@@ -23,8 +23,9 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from datamodules.even_batches import FILLER
+from datamodules.heads import parse_heads
 from evaluation.metrics import HeadMetrics
-from models.heads import ClassificationHeads, masked_loss, probabilities
+from models.heads import ClassificationHeads, masked_loss
 from models.sharding import gathered, tell_transformers, zero3_config
 from models.trusted_targets import check_checkpoint
 
@@ -113,7 +114,7 @@ class MemeClassifier(L.LightningModule):
         self.metrics[stage].update(logits, batch["labels"])
         self.losses[stage].update(self._loss(logits, batch["labels"]), len(batch["ids"]))
         if self.record_predictions:
-            probs = {name: probabilities(logits[name].detach().float(), spec["kind"]) for name, spec in self.heads_spec.items()}
+            probs = {name: head.probabilities(logits[name].detach().float()) for name, head in parse_heads(self.heads_spec).items()}
             self.prediction_records.append({"ids": batch["ids"], "probs": probs, "labels": batch["labels"]})
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:

@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 from transformers import AutoImageProcessor, AutoTokenizer
 
+from datamodules.heads import parse_heads
 from models.backbones.image import timm_transform
 from models.pixels import PixelPipeline
 
@@ -97,14 +98,5 @@ class MemePreprocessor:
         return batch
 
 
-def label_tensor(values: list[Any], spec: dict[str, Any]) -> torch.Tensor:
-    """One head's labels for a batch; -1 (or a row of -1) where the item is not annotated for it."""
-    if spec["kind"] == "multilabel":
-        width = len(spec["classes"])
-        return torch.tensor([v if v is not None else [-1] * width for v in values], dtype=torch.float32)
-    dtype = torch.float32 if spec["kind"] == "binary" else torch.long
-    return torch.tensor([-1 if v is None else v for v in values], dtype=dtype)
-
-
 def label_tensors(features: list[dict[str, Any]], heads: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
-    return {head: label_tensor([f["labels"].get(head) for f in features], spec) for head, spec in heads.items()}
+    return {name: head.labels([f["labels"].get(name) for f in features]) for name, head in parse_heads(heads).items()}

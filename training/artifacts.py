@@ -19,7 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
-from models.heads import head_width
+from datamodules.heads import Head
 from models.module import MemeClassifier
 from models.trusted_targets import MODEL_ROOT, check_trusted
 from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
@@ -68,7 +68,7 @@ def run_model(run_dir: Path, checkpoint: str = "best") -> tuple[MemeClassifier, 
 def _head_slice(model: MemeClassifier, culture: str) -> dict[str, torch.Tensor]:
     start = 0
     for name, spec in model.heads_spec.items():
-        width = head_width(spec)
+        width = Head.from_spec(name, spec).width
         if name == culture:
             linear = model.heads.linear
             return {

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from scipy.stats import ranksums
 
+from datamodules.heads import Head
 from evaluation.alignment import alignment_matrix
 from evaluation.functional import functional_markdown, functional_report, functionality_bars
 from evaluation.metrics import head_scores
@@ -39,9 +40,7 @@ def load_models(ckpt: Path) -> list[tuple[str, Any]]:
 
 
 def _labels(records: list[dict[str, Any]], head: str, spec: dict[str, Any]) -> torch.Tensor:
-    from models.preprocess import label_tensor
-
-    return label_tensor([r["labels"].get(head) for r in records], spec)
+    return Head.from_spec(head, spec).labels([r["labels"].get(head) for r in records])
 
 
 def _probs(rows: list[dict[str, Any]], head: str, spec: dict[str, Any]) -> torch.Tensor:
@@ -90,7 +89,7 @@ def evaluate(
         scores = {}
         for head, spec in model.heads_spec.items():
             if head in data_heads:
-                scores[head] = head_scores(_probs(rows, head, spec), _labels(records, head, spec), spec)
+                scores[head] = head_scores(_probs(rows, head, spec), _labels(records, head, spec), Head.from_spec(head, spec))
         binary_model = [h for h, s in model.heads_spec.items() if s["kind"] == "binary"]
         binary_data = [h for h, s in data_heads.items() if s["kind"] == "binary"]
         ids = [r["id"] for r in records]

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from datamodules.heads import Head
 from datamodules.predict_inputs import InputError, Inputs, read_inputs
-from models.heads import probabilities
 
 __all__ = ["InputError", "Inputs", "predict", "read_inputs", "write_predictions"]
 
@@ -32,7 +32,7 @@ def predict(model: Any, records: list[dict[str, Any]], batch_size: int, threshol
         for i, record in enumerate(chunk):
             row: dict[str, Any] = {"id": record["id"]}
             for head, spec in model.heads_spec.items():
-                prob = probabilities(logits[head][i : i + 1].float(), spec["kind"])[0]
+                prob = Head.from_spec(head, spec).probabilities(logits[head][i : i + 1].float())[0]
                 if spec["kind"] == "binary":
                     row[f"{head}_probability"] = float(prob)
                     row[f"{head}_decision"] = int(float(prob) >= threshold)

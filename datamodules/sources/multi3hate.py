@@ -298,7 +298,7 @@ class Multi3HateSource(RawSource):
 
     @cached_property
     def final_labels(self) -> dict[str, dict[str, int | None]]:
-        """Meme → culture → final label, for the annotation analysis (`datamodules.prepare`); unusable rows left out."""
+        """Meme → culture → final label, for the annotation analysis (`prepare.py`); unusable rows left out."""
         labels: dict[str, dict[str, int | None]] = {}
         for row in read_csv(self.annotations_path, ["Meme ID", *self.cultures]):
             meme_id = clean_id(row.values["Meme ID"]) if row.values else None
@@ -312,7 +312,7 @@ class Multi3HateSource(RawSource):
         """What the manifest keeps of the annotations: raw vote counts and every row not used, with why.
 
         The annotation analysis itself (α, χ², agreement, random groups) is computed from `final_labels`
-        and `raw_votes` by the scores in `evaluation.annotation_stats` (`datamodules.prepare` adds it)."""
+        and `raw_votes` by the scores in `evaluation.annotation_stats` (`prepare.py` adds it)."""
         try:
             labelled = len(self.final_labels)
         except FileProblem:

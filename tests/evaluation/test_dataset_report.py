@@ -1,4 +1,4 @@
-"""`dataset_report.{json,md}` + histogram from `python -m datamodules.prepare multi3hate` on a fixture with known votes."""
+"""`dataset_report.{json,md}` + histogram from `python prepare.py multi3hate` on a fixture with known votes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 from scipy.stats import chi2_contingency
 
-from datamodules.prepare import main
 from datamodules.shards import read_manifest
 from datamodules.sources.multi3hate import Multi3HateSource
+from prepare import main
 from tests.datamodules.sources import layouts
 
 # Final labels of six memes (US, DE, MX, IN, CN); largest same-label group: 5, 5, 4, 3, 3, 4.

@@ -1,4 +1,4 @@
-"""`python -m datamodules.prepare`: the same conversion outside training, with progress and a summary."""
+"""`python prepare.py`: the same conversion outside training, with progress and a summary."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 from hydra.utils import instantiate
 
 from datamodules.memes import MemeDataModule
-from datamodules.prepare import compose_data, data_configs, main
 from datamodules.shards import read_manifest
+from prepare import compose_data, data_configs, main
 from tests.conftest import ROOT
 from tests.datamodules.sources import layouts
 
@@ -57,7 +57,7 @@ def test_prepare_as_a_module_stops_on_bad_input_with_the_reason(tmp_path):
     raw = layouts.mhc(tmp_path / "raw")
     path = raw / "hatecheck_cases_final_german.csv"
     path.write_text(path.read_text().replace(",non-hateful,", ",maybe,", 1))
-    command = [sys.executable, "-m", "datamodules.prepare", "mhc", "--raw-dir", str(raw), "--out", str(tmp_path / "shards")]
+    command = [sys.executable, str(ROOT / "prepare.py"), "mhc", "--raw-dir", str(raw), "--out", str(tmp_path / "shards")]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert result.returncode == 1
     assert f"{path}, line 4: label_gold 'maybe' is not one of" in result.stderr

@@ -1,6 +1,6 @@
 """Convert a raw dataset to shards without training, e.g. once on a cluster's login node:
 
-    python -m datamodules.prepare multi3hate --raw-dir /data/Multi3Hate/data --out /scratch/shards --folds 3
+    python prepare.py multi3hate --raw-dir /data/Multi3Hate/data --out /scratch/shards --folds 3
 
 Sources with per-annotator votes (Multi3Hate's `raw_annotations.csv`) also get their annotation
 analysis beside the shards: `dataset_report.{json,md}` and a histogram PNG (docs/datasets.md).
@@ -26,10 +26,12 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+import training.resolvers  # noqa: F401  (paths use ${project_root:})
 from datamodules.folds import ensure_folds
 from datamodules.shards import MANIFEST, conversion_summary, fingerprint, read_manifest, verify_shards, write_shards
+from evaluation.dataset_report import annotation_analysis, write_annotation_report
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
 def data_configs() -> list[str]:
@@ -39,7 +41,6 @@ def data_configs() -> list[str]:
 
 def compose_data(name: str, overrides: list[str]) -> DictConfig:
     """The `data=<name>` node of the training config, with `data.`-relative overrides applied."""
-    import training.resolvers  # noqa: F401  (paths use ${project_root:})
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -83,25 +84,6 @@ def prepare(data: DictConfig, out: str | None = None, force: bool = False, folds
             entry = ensure_folds(directory, folds, int(data.fold_seed), splits)
             print(f"folds: {folds} (seed {data.fold_seed}) over {splits}: samples per fold {entry['samples_per_fold']}")
     return directory, read_manifest(directory)
-
-
-def annotation_analysis(source: Any) -> Any:
-    """The study's annotation analysis of a source with final labels and per-annotator votes (Multi3Hate), else None."""
-    if getattr(source, "final_labels", None) is None:
-        return None
-    from evaluation.annotation_stats import annotation_report  # entry-point glue: the source only offers the data
-
-    return annotation_report(source.final_labels, source.raw_votes["by_culture"], source.cultures)
-
-
-def write_annotation_report(source: Any, directory: Path) -> list[Path]:
-    """`dataset_report.{json,md}` + histogram for a source with per-annotator votes (Multi3Hate); [] otherwise."""
-    report = annotation_analysis(source)
-    if report is None:
-        return []
-    from evaluation.dataset_report import write_dataset_report
-
-    return write_dataset_report(report, directory, source.name)
 
 
 def _quoted(value: str) -> str:
