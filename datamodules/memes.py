@@ -117,7 +117,8 @@ class MemeDataModule(L.LightningDataModule):
     ) -> None:
         """`raw_dir` and `on_error` are config handles (`data.raw_dir=…`, `data.on_error=skip`) that data
         configs pass on to their source; skipping bad inputs is allowed when `allow_skip`, `on_error`
-        or the source's own `on_error` says so. `even_eval_batches` (auto: under ZeRO-3 with several
+        or the source's own `on_error` says so. `even_eval_batches` (auto: when the driver says parameters are
+        sharded (ZeRO-3) and there are several
         ranks) keeps evaluation batches in lockstep across ranks (datamodules/even_batches.py).
         `selection` and `inner_share` (`cv.selection`, `cv.inner_share`) say how a fold run's weights
         are chosen without its held-out fold (see RULES).
@@ -146,6 +147,8 @@ class MemeDataModule(L.LightningDataModule):
             raise ValueError(f"even_eval_batches must be true, false or auto, got {even_eval_batches!r}")
         self.even_eval_batches = even_eval_batches
         self.preprocessor = preprocessor
+        # Set by the driver: whether the strategy shards parameters, so eval forwards are collectives.
+        self.lockstep_eval_under_sharding = False
         if shard_dir is not None:
             self.dataset_dir = Path(shard_dir)
         else:
@@ -210,17 +213,16 @@ class MemeDataModule(L.LightningDataModule):
         """Which rule chose the weights scored on the test stage (a key of RULES); needs `setup`."""
         return self._rule(self.manifest)
 
-    @property
-    def has_validation(self) -> bool:
-        """Whether fit has a validation set to select on (not under `last`)."""
-        return self.selection_rule != "last"
+    def connect(self, preprocessor: Preprocessor) -> None:
+        """The model's preprocessor turns this module's sample dicts into batches (the driver connects them)."""
+        self.preprocessor = preprocessor
 
     # ---------------------------------------------------------------- setup
     def setup(self, stage: str | None = None) -> None:
         self.manifest = read_manifest(self.dataset_dir)
         self._check_heads()
-        if self.preprocessor is None and self.trainer is not None:
-            self.preprocessor = self.trainer.lightning_module.preprocessor
+        if self.preprocessor is None:
+            raise RuntimeError("MemeDataModule has no preprocessor: call datamodule.connect(model.preprocessor) first (train.py does)")
         self._check_splits()
         if self.fold is not None:
             self.folds = find_folds(self.manifest, self.num_folds, self.fold_seed, self.fold_splits)
@@ -353,7 +355,7 @@ class MemeDataModule(L.LightningDataModule):
         """Whether eval batches must stay in lockstep across ranks (forward passes are collectives)."""
         if world == 1 or self.even_eval_batches is False:
             return False
-        return self.even_eval_batches is True or getattr(getattr(self.trainer, "strategy", None), "zero_stage_3", False)
+        return self.even_eval_batches is True or self.lockstep_eval_under_sharding
 
     def _spare_batch(self, urls: list[str]) -> dict[str, Any]:
         """One batch from the split's first shard: filler for a rank that was given no shards."""

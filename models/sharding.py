@@ -21,12 +21,15 @@ def is_partitioned(param: nn.Parameter) -> bool:
     return hasattr(param, "ds_id")
 
 
+def is_zero3(strategy: Any) -> bool:
+    """The one place that asks whether parameters are partitioned across ranks (DeepSpeed ZeRO stage 3)."""
+    return bool(getattr(strategy, "zero_stage_3", False))
+
+
 def zero3_config(strategy: Any) -> dict[str, Any] | None:
     """The DeepSpeed config of a ZeRO-3 strategy, else None (any other strategy, or none yet)."""
     config = getattr(strategy, "config", None)
-    if getattr(strategy, "zero_stage_3", False) and isinstance(config, dict):
-        return config
-    return None
+    return config if is_zero3(strategy) and isinstance(config, dict) else None
 
 
 def tell_transformers(config: dict[str, Any]) -> Any:

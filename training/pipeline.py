@@ -17,13 +17,13 @@ from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
 from datamodules.memes import RULES
+from models.sharding import is_zero3
 from training.console import configure_console
 from training.consolidate import restore_weights, zero_state_dict
 from training.report import print_table
 from training.runs import copy_manifest, nest, save_config, write_metrics
 from training.selection import NO_VALIDATION, without_selection
 from training.slurm_checks import SlurmRequeue, check_allocation
-from training.strategies import is_zero3
 
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -40,6 +40,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
+    datamodule.connect(model.preprocessor)  # the model's side hands the data what it needs; data never reaches into it
     # Exact resume everywhere (RNG states travel in checkpoints, the stream is fast-forwarded); the
     # signal handling and requeue only inside a SLURM job.
     callbacks = _instantiate_all(cfg.get("callbacks")) + [SlurmRequeue(enabled=SLURMEnvironment.detect())]
@@ -48,6 +49,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         callbacks = without_selection(callbacks)
     loggers = _instantiate_all(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **(NO_VALIDATION if no_validation else {}))
+    datamodule.lockstep_eval_under_sharding = is_zero3(trainer.strategy)  # sharded forwards are collectives
 
     if trainer.is_global_zero:
         save_config(cfg, run_dir)

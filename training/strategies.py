@@ -59,8 +59,3 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
             return super().load_checkpoint(checkpoint_path, weights_only)
         finally:
             module.strict_loading = strict
-
-
-def is_zero3(strategy: Any) -> bool:
-    """True when parameters are partitioned across ranks (ZeRO stage 3)."""
-    return isinstance(strategy, LightningDeepSpeedStrategy) and strategy.zero_stage_3

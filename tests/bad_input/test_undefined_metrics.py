@@ -86,7 +86,9 @@ def test_a_one_class_validation_split_is_nan_named_per_head_and_never_a_best_che
         enable_model_summary=False,
         callbacks=[nan_safe, lightning_own],
     )
-    trainer.fit(_tiny_model(), datamodule=datamodule)
+    model = _tiny_model()
+    datamodule.connect(model.preprocessor)
+    trainer.fit(model, datamodule=datamodule)
 
     assert math.isnan(trainer.callback_metrics[MONITOR])
     for head in HEADS:

@@ -94,7 +94,7 @@ def test_held_out_fold_reaches_only_the_test_stage(tmp_path, selection, own_val,
         # groups never straddle the inner split either
         assert not val_groups & {r["group"] for r in records if r["id"] in trained}
     else:
-        assert dm.selection_rule == "last" and not dm.has_validation
+        assert dm.selection_rule == "last"
     assert dm.held_out_labels().keys() == held_out
 
 

@@ -87,3 +87,13 @@ def test_shards_are_reused_and_regenerated_only_when_parameters_change(tmp_path)
     assert (again.dataset_dir / "manifest.json").stat().st_mtime_ns == stamp
     changed = _datamodule(tmp_path, num_groups=7)
     assert changed.dataset_dir != first.dataset_dir
+
+
+def test_the_preprocessor_is_handed_over_not_reached_for(tmp_path):
+    dm = MemeDataModule(heads=HEADS, source=SyntheticMemeSource(num_groups=5, image_size=32), shard_root=str(tmp_path))
+    dm.prepare_data()
+    with pytest.raises(RuntimeError, match=r"call datamodule.connect\(model.preprocessor\)"):
+        dm.setup("fit")
+    dm.connect(IdsOnly())
+    dm.setup("fit")
+    assert _ids(dm.val_dataloader())
