@@ -90,7 +90,7 @@ def test_shards_are_reused_and_regenerated_only_when_parameters_change(tmp_path)
 
 
 def test_the_preprocessor_is_handed_over_not_reached_for(tmp_path):
-    dm = MemeDataModule(heads=HEADS, source=SyntheticMemeSource(num_groups=5, image_size=32), shard_root=str(tmp_path))
+    dm = MemeDataModule(heads=HEADS, source=SyntheticMemeSource(num_groups=20, image_size=32), shard_root=str(tmp_path))
     dm.prepare_data()
     with pytest.raises(RuntimeError, match=r"call datamodule.connect\(model.preprocessor\)"):
         dm.setup("fit")
