@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
+from evaluation.predictions import binary_scores, read_prediction_columns
+
 
 def read_predictions(path: str | Path) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
     """Binary-head predictions CSV → (probabilities head → id → p, labels head → id → y)."""
-    probs: dict[str, dict[str, float]] = {}
-    labels: dict[str, dict[str, int]] = {}
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            probs.setdefault(row["head"], {})[row["id"]] = float(row["probability"])
-            if row["label"] != "":
-                labels.setdefault(row["head"], {})[row["id"]] = int(row["label"])
-    return probs, labels
+    return binary_scores(read_prediction_columns(path))
 
 
 def alignment_matrix(probs: dict[str, dict[str, float]], labels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:

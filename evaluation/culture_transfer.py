@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.metrics import accuracy_score, roc_auc_score
 
+from evaluation.summary import mean_std
+
 
 @dataclass
 class Answers:
@@ -56,9 +58,8 @@ def transfer_table(
             scores = [fold_scores(answers, fold_labels[column]) for answers, fold_labels in zip(per_fold, labels)]
             cell: dict[str, float] = {"folds": len(scores)}
             for metric in ("acc", "auroc"):
-                values = np.array([s[metric] for s in scores], dtype=float)
-                cell[f"{metric}_mean"] = float(np.nanmean(values)) if not np.isnan(values).all() else math.nan
-                cell[f"{metric}_std"] = float(np.nanstd(values, ddof=1)) if np.sum(~np.isnan(values)) > 1 else math.nan
+                stats = mean_std(s[metric] for s in scores)
+                cell[f"{metric}_mean"], cell[f"{metric}_std"] = stats["mean"], stats["std"]
             table[row][column] = cell
     return table
 

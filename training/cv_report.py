@@ -24,6 +24,8 @@ from sklearn.metrics import roc_auc_score
 from datamodules.memes import RULES
 from evaluation.alignment import alignment_matrix
 from evaluation.plots import alignment_heatmap, roc_figure
+from evaluation.predictions import binary_scores
+from evaluation.summary import json_safe, mean_std
 from training.callbacks.fold_results import FILENAME as FOLD_RESULT
 from training.transfer_report import transfer_report
 
@@ -42,15 +44,8 @@ def find_runs(root: Path) -> dict[str, list[tuple[dict[str, Any], Path]]]:
 def binary_oof(result: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
     """Out-of-fold scores of binary heads (scalar probabilities): head → id → p, and every binary
     dataset head's labels of the held-out memes (culture → id → label), not only the model's heads."""
-    probs: dict[str, dict[str, float]] = defaultdict(dict)
-    labels: dict[str, dict[str, int]] = defaultdict(dict)
-    oof = result["oof_predictions"]
-    for sample_id, head, prob, label in zip(oof["id"], oof["head"], oof["probability"], oof["label"]):
-        if isinstance(prob, list):
-            continue
-        probs[head][sample_id] = prob
-        if label is not None:
-            labels[head][sample_id] = label
+    probs, labels = binary_scores(result["oof_predictions"])
+    labels = defaultdict(dict, labels)
     for sample_id, heads in result.get("held_out_labels", {}).items():
         for head, label in heads.items():
             if isinstance(label, int) and label in (0, 1):
@@ -104,9 +99,8 @@ def check_folds(runs: list[tuple[dict[str, Any], Path]]) -> tuple[dict[int, tupl
 def _mean_std(per_metric: dict[str, list[float]], prefix: str) -> dict[str, float]:
     summary = {}
     for key, values in sorted(per_metric.items()):
-        array = np.array(values, dtype=float)
-        summary[f"{prefix}/{key}_mean"] = float(np.nanmean(array))
-        summary[f"{prefix}/{key}_std"] = float(np.nanstd(array, ddof=1)) if len(array) > 1 else 0.0
+        stats = mean_std(values)
+        summary[f"{prefix}/{key}_mean"], summary[f"{prefix}/{key}_std"] = stats["mean"], stats["std"]
     return summary
 
 
@@ -216,7 +210,7 @@ def report(root: Path, out: Path | None = None) -> dict[str, Any]:
         if roc_scores:
             roc_figure(roc_scores, target / "roc_oof.png", f"{name}: pooled out-of-fold ROC")
             alignment_heatmap(result["alignment"], target / "alignment.png", f"{name}: culture alignment")
-        (target / "cv_summary.json").write_text(json.dumps(result, indent=1))
+        (target / "cv_summary.json").write_text(json.dumps(json_safe(result), indent=1, allow_nan=False))
         (target / "cv_report.md").write_text(markdown(name, folds, problems, result))
         results[name] = result
     transfer = transfer_report(clean, root, out or root / "cv_report")

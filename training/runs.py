@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from evaluation.summary import json_safe
 from training.redaction import redact  # the one rule for secret-looking keys (also for loggers and exports)
 
 
@@ -38,11 +38,6 @@ def nest(flat: dict[str, Any], stage: str) -> dict[str, dict[str, float]]:
 
 
 def write_metrics(run_dir: Path, payload: dict[str, Any]) -> Path:
-    def clean(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        return None if isinstance(value, float) and math.isnan(value) else value
-
     path = run_dir / "metrics.json"
-    path.write_text(json.dumps(clean(payload), indent=1))
+    path.write_text(json.dumps(json_safe(payload), indent=1, allow_nan=False))
     return path

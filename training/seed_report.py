@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.summary import mean_std
+
 
 def summarise(root: Path) -> dict[str, dict[str, Any]]:
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -33,10 +35,7 @@ def summarise(root: Path) -> dict[str, dict[str, Any]]:
         summary[name] = {
             "seeds": seeds,
             "problems": [f"seed {s} appears {seeds.count(s)} times" for s in sorted(set(seeds)) if seeds.count(s) > 1],
-            "metrics": {
-                key: {"mean": float(np.nanmean(v)), "std": float(np.nanstd(v, ddof=1)) if len(v) > 1 else 0.0, "n": len(v)}
-                for key, v in sorted(values.items())
-            },
+            "metrics": {key: mean_std(v) for key, v in sorted(values.items())},
         }
     return summary
 

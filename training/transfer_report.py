@@ -15,6 +15,7 @@ from typing import Any
 
 from evaluation.culture_transfer import Answers, transfer_markdown, transfer_table
 from evaluation.plots import transfer_heatmap
+from evaluation.summary import json_safe
 
 THRESHOLD = 0.5
 
@@ -116,5 +117,5 @@ def transfer_report(experiments: dict[str, dict[int, dict[str, Any]]], root: Pat
     (out / "culture_transfer.md").write_text("\n".join(notes))
     transfer_heatmap(table, "acc", diagonal, out / "culture_transfer.png", "Accuracy by culture labels (held-out folds)")
     payload = {"table": table, "diagonal": diagonal, "folds": folds, "zeroshot_answers": str(zeroshot[-1]) if zeroshot else None}
-    (out / "culture_transfer.json").write_text(json.dumps({**payload, "problems": problems}, indent=1))
+    (out / "culture_transfer.json").write_text(json.dumps(json_safe({**payload, "problems": problems}), indent=1, allow_nan=False))
     return {**payload, "problems": problems}

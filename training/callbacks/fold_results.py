@@ -11,7 +11,6 @@ callbacks' `on_validation_end`, so each checkpoint's history includes its own va
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -20,6 +19,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
+from evaluation.predictions import read_prediction_columns
+from evaluation.summary import json_safe
 from training.runs import nest
 
 FILENAME = "fold_result.json"
@@ -28,26 +29,6 @@ FILENAME = "fold_result.json"
 def _floats(metrics: dict[str, Any], stage: str) -> dict[str, float]:
     """One host copy per validation (not per step) of the stage's logged metrics."""
     return {key: float(value) for key, value in metrics.items() if key.startswith(f"{stage}/")}
-
-
-def read_prediction_columns(path: Path) -> dict[str, list[Any]]:
-    """Columnar copy of a predictions CSV (id, head, probability, label); JSON cells decoded."""
-    columns: dict[str, list[Any]] = {"id": [], "head": [], "probability": [], "label": []}
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            columns["id"].append(row["id"])
-            columns["head"].append(row["head"])
-            columns["probability"].append(json.loads(row["probability"]))
-            columns["label"].append(None if row["label"] == "" else json.loads(row["label"]))
-    return columns
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 class FoldResultWriter(L.Callback):
@@ -124,7 +105,7 @@ class FoldResultWriter(L.Callback):
         }
         path = self.dirpath / FILENAME
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(_json_safe(payload), allow_nan=False))
+        path.write_text(json.dumps(json_safe(payload), allow_nan=False))
         return path
 
     def state_dict(self) -> dict[str, Any]:
