@@ -100,3 +100,24 @@ def read_offline_run(path: str | Path) -> OfflineRun:
         elif kind == "files":
             result.files.extend(f.path for f in record.files.files)
     return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m training.wandb_offline <offline-run dir | .wandb> [--part summary|config|run|history]`: JSON on stdout."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Print what an offline W&B run logged, without syncing it.")
+    parser.add_argument("run", type=Path, help="an offline-run-* directory (under <run dir>/wandb/) or its .wandb file")
+    parser.add_argument("--part", choices=("summary", "config", "run", "history", "all"), default="summary")
+    args = parser.parse_args(argv)
+    try:
+        run = read_offline_run(args.run)
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
+    parts = {"summary": run.summary, "config": run.config, "run": run.run, "history": run.history}
+    print(json.dumps(parts if args.part == "all" else parts[args.part], indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
 import pytest
 
-from tests.conftest import SMALL_DATA
+from tests.conftest import ROOT, SMALL_DATA
 from training.runs import redact
 from training.wandb_offline import read_offline_run
 
@@ -48,6 +50,16 @@ def test_wandb_offline_run_holds_per_culture_metrics_group_and_media(train_run):
         table = next(row for row in run.history if f"predictions/{stage}/_type" in row)
         assert table[f"predictions/{stage}/_type"] == "table-file"
         assert table[f"predictions/{stage}/nrows"] == sum(1 for _ in open(run_dir / "predictions" / f"{stage}.csv")) - 1
+
+    # the documented command prints the same summary
+    printed = subprocess.run(
+        [sys.executable, "-m", "training.wandb_offline", str(offline[0]), "--part", "summary"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(printed.stdout)["best/test/mean/auroc"] == pytest.approx(run.summary["best/test/mean/auroc"])
 
 
 def test_secret_looking_keys_are_redacted():
