@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import ranksums
+from sklearn.metrics import roc_auc_score
 
 CULTURES: tuple[str, ...] = ("US", "DE", "MX", "IN", "CN")
 LANGUAGES: tuple[str, ...] = ("en", "de", "es", "hi", "zh")
@@ -220,3 +221,17 @@ def markdown(summary: Summary, digits: int = 1) -> str:
         f"Invalid answers (counted as wrong): {summary.invalid} of {summary.answers}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def auroc_table(rows: list[dict[str, Any]], cultures: list[str]) -> dict[str, dict[str, float]]:
+    """AUROC of P(hate) against each culture's labels, per prompt (all meme languages pooled)."""
+    table: dict[str, dict[str, float]] = {}
+    for prompt in sorted({r["prompt"] for r in rows}):
+        table[str(prompt)] = {}
+        for culture in cultures:
+            pairs = [
+                (r["labels"].get(culture), r["p_hate"]) for r in rows if r["prompt"] == prompt and r["labels"].get(culture) is not None
+            ]
+            labels = [y for y, _ in pairs]
+            table[str(prompt)][culture] = float(roc_auc_score(labels, [p for _, p in pairs])) if len(set(labels)) == 2 else math.nan
+    return table

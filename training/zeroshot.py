@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,11 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from sklearn.metrics import roc_auc_score
 from torch.utils.data import DataLoader
 
 import training.resolvers  # noqa: F401
 from datamodules.shards import read_samples
-from evaluation.zeroshot_stats import accuracy_table, markdown, summarise
+from evaluation.zeroshot_stats import accuracy_table, auroc_table, markdown, summarise
 
 
 def answer_all(
@@ -64,20 +62,6 @@ def answer_all(
         options = preprocessor.prompt.options(record["lang"])  # letters, hate letter and label words of this prompt
         row.update(lang=record["lang"], prediction=options.parse(row["generation"]), labels=record["labels"])
     return rows
-
-
-def auroc_table(rows: list[dict[str, Any]], cultures: list[str]) -> dict[str, dict[str, float]]:
-    """AUROC of P(hate) against each culture's labels, per prompt (all meme languages pooled)."""
-    table: dict[str, dict[str, float]] = {}
-    for prompt in sorted({r["prompt"] for r in rows}):
-        table[str(prompt)] = {}
-        for culture in cultures:
-            pairs = [
-                (r["labels"].get(culture), r["p_hate"]) for r in rows if r["prompt"] == prompt and r["labels"].get(culture) is not None
-            ]
-            labels = [y for y, _ in pairs]
-            table[str(prompt)][culture] = float(roc_auc_score(labels, [p for _, p in pairs])) if len(set(labels)) == 2 else math.nan
-    return table
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")

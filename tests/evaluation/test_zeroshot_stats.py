@@ -172,3 +172,17 @@ def test_markdown_layout():
     assert lines[2].startswith("| en | 100.0 ± 0.0** | 80.0 ± 0.0 | 50.0 ± 0.0 |")  # canonical language order
     assert lines[3].startswith("| zh |")
     assert "Wilcoxon rank-sum, one-sided, p < 0.05" in text
+
+
+def test_auroc_table_per_prompt_and_culture_by_hand():
+    from evaluation.zeroshot_stats import auroc_table
+
+    rows = [
+        {"prompt": 0, "p_hate": 0.9, "labels": {"US": 1, "DE": 0}},
+        {"prompt": 0, "p_hate": 0.2, "labels": {"US": 0, "DE": 1}},
+        {"prompt": 0, "p_hate": 0.6, "labels": {"US": 1, "DE": None}},
+        {"prompt": 1, "p_hate": 0.5, "labels": {"US": 1, "DE": 1}},
+    ]
+    table = auroc_table(rows, ["US", "DE"])
+    assert table["0"]["US"] == 1.0 and table["0"]["DE"] == 0.0  # US: both positives above the negative; DE reversed
+    assert math.isnan(table["1"]["US"])  # one class: undefined, not 0 or 1
