@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 from datamodules.memes import RULES
 from evaluation.alignment import alignment_matrix
@@ -134,20 +133,15 @@ def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
         seen.update({i: fold for i in ids})
         for head in fold_probs:
             probs[head].update(fold_probs[head])
-            labels[head].update(fold_labels.get(head, {}))
-    pooled = {}
-    for head in probs:
-        if head not in labels:
-            continue
-        ids = sorted(labels[head])
-        y = [labels[head][i] for i in ids]
-        pooled[head] = float(roc_auc_score(y, [probs[head][i] for i in ids])) if len(set(y)) == 2 else math.nan
+        for culture in fold_labels:  # every culture's labels, also those no head of this model predicts
+            labels[culture].update(fold_labels[culture])
+    alignment = alignment_matrix(dict(probs), dict(labels))
     rule = rule_of(next(iter(folds.values()))[0])
     return {
         "selection": {"rule": rule, "description": RULES[rule]},
         "metrics": summary,
-        "pooled_oof_auroc": pooled,
-        "alignment": alignment_matrix(dict(probs), dict(labels)),
+        "pooled_oof_auroc": {head: row[head] for head, row in alignment.items() if head in row},  # own labels, all folds pooled
+        "alignment": alignment,
         "oof_samples": len(seen),
         "ids_in_two_folds": sorted(overlap),
         "_oof": (dict(probs), dict(labels)),

@@ -41,6 +41,9 @@ def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_p
         for judge, values in per_fold.items():
             cell = table["table"][f"FT-{culture}"][judge]
             assert cell["acc_mean"] == pytest.approx(np.mean(values)) and cell["acc_std"] == pytest.approx(np.std(values, ddof=1))
+    summary = json.loads((run_dir / "cv_report" / "synthetic_concat-FT-US" / "cv_summary.json").read_text())
+    assert set(summary["alignment"]["US"]) == {"US", "DE", "MX", "IN", "CN"}  # one head, judged by every culture
+    assert summary["pooled_oof_auroc"]["US"] == summary["alignment"]["US"]["US"]
     markdown = (run_dir / "cv_report" / "culture_transfer.md").read_text()
     us_row = next(line for line in markdown.splitlines() if line.startswith("| FT-US |"))
     assert "<u>" in us_row.split("|")[2] and "<u>" not in us_row.split("|")[3]  # the row's own culture marked
