@@ -95,8 +95,8 @@ def test_the_file_loader_baseline_makes_the_same_model_inputs_as_crossmod_withou
     import torch
 
     from datamodules.synthetic import SyntheticMemeSource, caption_corpus
-    from models.backbones.tiny import build_tiny_bert
     from models.preprocess import MemePreprocessor
+    from models.tiny.bert import build_tiny_bert
 
     sys.path.insert(0, str(ROOT / "bench"))
     from file_memes import ConventionalPreprocessing

@@ -50,7 +50,7 @@ def raw_dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def tiny_clip(data_dir: Path) -> Path:
     from datamodules.synthetic import caption_corpus
-    from models.backbones.tiny import build_tiny_clip
+    from models.tiny.clip import build_tiny_clip
 
     return build_tiny_clip(data_dir / "assets" / "tiny-clip-synthetic", caption_corpus())
 

@@ -70,7 +70,7 @@ def manifest_heads(shard_dir: str):
 def tiny_text_encoder(out_dir: str) -> str:
     """Path of a tiny BERT for the synthetic memes, built on first use from the generator's captions."""
     from datamodules.synthetic import caption_corpus
-    from models.backbones.tiny import build_tiny_bert
+    from models.tiny.bert import build_tiny_bert
 
     return str(build_tiny_bert(out_dir, caption_corpus()))
 
@@ -78,7 +78,7 @@ def tiny_text_encoder(out_dir: str) -> str:
 def tiny_clip_model(out_dir: str) -> str:
     """Path of a tiny CLIP (text + vision towers, tokenizer, image processor) for the synthetic memes."""
     from datamodules.synthetic import caption_corpus
-    from models.backbones.tiny import build_tiny_clip
+    from models.tiny.clip import build_tiny_clip
 
     return str(build_tiny_clip(out_dir, caption_corpus()))
 
@@ -86,8 +86,8 @@ def tiny_clip_model(out_dir: str) -> str:
 def tiny_qwen_vl(out_dir: str, version: str = "qwen2_vl") -> str:
     """Path of a tiny random Qwen2-VL (or Qwen2.5-VL) folder whose tokenizer knows the captions and prompts."""
     from datamodules.synthetic import caption_corpus
+    from models.tiny.qwen_vl import build_tiny_qwen_vl
     from models.vlm.prompts import PromptSpec, prompt_corpus
-    from models.vlm.tiny import build_tiny_qwen_vl
 
     model_cfg = OmegaConf.load(Path(project_root()) / "configs" / "model" / "vlm.yaml")
     spec = PromptSpec(**OmegaConf.to_container(model_cfg.prompt))

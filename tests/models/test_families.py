@@ -16,8 +16,9 @@ from omegaconf import OmegaConf
 
 import training.resolvers  # noqa: F401
 from datamodules.synthetic import SyntheticMemeSource, caption_corpus
-from models.backbones.tiny import build_tiny_bert, build_tiny_clip
 from models.module import MemeClassifier
+from models.tiny.bert import build_tiny_bert
+from models.tiny.clip import build_tiny_clip
 from tests.conftest import ROOT
 
 

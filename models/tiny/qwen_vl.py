@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import Qwen2TokenizerFast
 
-from models.backbones.tiny import _build_once
+from models.tiny.folder import build_once
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
@@ -105,7 +105,7 @@ def build_tiny_qwen_vl(
         processor.save_pretrained(staging)
         model.save_pretrained(staging, safe_serialization=True)
 
-    return _build_once(out_dir, write)
+    return build_once(out_dir, write)
 
 
 def _mrope_section(head_dim: int) -> list[int]:
