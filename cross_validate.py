@@ -62,7 +62,7 @@ def models(cfg: DictConfig, run_dir: Path) -> list[tuple[str, list[str], Path]]:
 def zeroshot_command(overrides: list[str], experiment: str, run_dir: Path) -> list[str]:
     # `+zeroshot.…` (a key train.yaml lacks) is a plain override for the zero-shot experiment, which has it
     kept = [o.removeprefix("+") if o.startswith("+zeroshot.") else o for o in overrides if o.lstrip("+~").startswith(FOR_ZEROSHOT)]
-    return [sys.executable, "-m", "training.zeroshot", f"experiment={experiment}", *kept, f"hydra.run.dir={run_dir}"]
+    return [sys.executable, str(ROOT / "zeroshot.py"), f"experiment={experiment}", *kept, f"hydra.run.dir={run_dir}"]
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

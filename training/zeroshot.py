@@ -1,4 +1,4 @@
-"""Zero-shot evaluation of a VLM with the study's prompts: `python -m training.zeroshot experiment=qwen_zeroshot …`.
+"""Zero-shot evaluation of a VLM with the study's prompts, run by `python zeroshot.py experiment=qwen_zeroshot …`.
 
 For every prompt (3 questions × 2 option orders by default) every meme is answered by batched greedy
 generation (max 40 new tokens); the answer is parsed (letters, the label words, native letters; anything
@@ -16,16 +16,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import hydra
 import torch
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-import training.resolvers  # noqa: F401
 from datamodules.shards import read_samples
 from evaluation.zeroshot_stats import accuracy_table, auroc_table, markdown, summarise
+from training.console import configure_console
 
 
 def answer_all(
@@ -64,10 +62,13 @@ def answer_all(
     return rows
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
-def main(cfg: DictConfig) -> float:
-    OmegaConf.resolve(cfg)
-    out = Path(HydraConfig.get().runtime.output_dir) / "zeroshot"
+def run(cfg: DictConfig) -> float:
+    """Answer every meme of `zeroshot.splits` for every prompt and write `<paths.output_dir>/zeroshot/`.
+
+    Returns the share of invalid answers (what `zeroshot.py` hands to a sweeper).
+    """
+    configure_console()
+    out = Path(cfg.paths.output_dir) / "zeroshot"
     out.mkdir(parents=True, exist_ok=True)
     settings = cfg.zeroshot
     datamodule = instantiate(cfg.data)
@@ -110,7 +111,3 @@ def main(cfg: DictConfig) -> float:
     print(markdown(summary))
     print(f"[zeroshot] {summary.invalid} of {summary.answers} answers invalid (counted wrong); files in {out}")
     return summary.invalid / max(summary.answers, 1)
-
-
-if __name__ == "__main__":
-    main()

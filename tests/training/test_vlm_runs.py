@@ -58,7 +58,7 @@ def test_zero_shot_answers_every_meme_for_every_prompt(train_run, multi3hate_dir
         f"model.name_or_path={tiny_qwen}",
         "model.preprocessor.image_size=56",
         "zeroshot.max_new_tokens=4",
-        script="training/zeroshot.py",
+        script="zeroshot.py",
         env={"CROSSMOD_RUN_ID": "zs"},
     )
     out = train_run.log_dir / "qwen_zeroshot" / "runs" / "zs" / "zeroshot"

@@ -1,0 +1,22 @@
+"""Answer memes zero-shot with a VLM and the study's prompts: `python zeroshot.py experiment=qwen_zeroshot [overrides]` (Hydra).
+
+Results land in `<run dir>/zeroshot/` (`answers.csv`, `summary.json`, `summary.md`); the logic is
+`training.zeroshot`.
+"""
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+import training.resolvers  # noqa: F401  (registers ${run_id:}, ${tiny_qwen_vl:} …)
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+def main(cfg: DictConfig) -> float:
+    from training.zeroshot import run
+
+    OmegaConf.resolve(cfg)
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()
