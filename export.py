@@ -14,7 +14,7 @@ def main(cfg: DictConfig) -> None:
 
     run_dir = Path(cfg.run)
     model, info = run_model(run_dir, cfg.checkpoint)
-    cultures = [cfg.culture] if cfg.culture else list(model.heads_spec)
+    cultures = [cfg.culture] if cfg.culture else list(model.heads)
     out = Path(cfg.out) if cfg.out else run_dir / "export"
     for culture in cultures:
         folder = export_culture(model, info, run_dir, culture, out / culture, merge=cfg.merge)

@@ -1,19 +1,24 @@
 """The label head: what data, model and evaluation all need to know about one culture's or task's labels.
 
-A dataset config declares its heads as `{name: {kind, classes}}`; `Head` is that declaration typed,
-with the three things every layer derives from it: the logit width, the label tensor of a batch
-(-1 where an item is not annotated) and the probabilities of logits. It lives with the data (the
-ground floor) so that models and evaluation import it without importing each other.
+A dataset config declares its heads as `{name: {kind, classes}}` (plain data: YAML, manifests,
+checkpoint hyperparameters); `Head` is that declaration typed, parsed once where a config enters
+code, with what every layer derives from it: the logit width, the label tensor of a batch (-1 where
+an item is not annotated) and the probabilities of logits. It lives with the data (the ground floor)
+so that models and evaluation import it without importing each other.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 KINDS = ("binary", "multiclass", "multilabel")
+
+HeadSpecs = Mapping[str, Any]
+"""A config's `heads` as written: name → {kind, classes} (a `Head` is accepted in place of a spec)."""
 
 
 @dataclass(frozen=True)
@@ -24,33 +29,43 @@ class Head:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"head {self.name!r}: unknown kind {self.kind!r}; use binary, multiclass or multilabel")
-        if self.kind != "binary" and not self.classes:
-            raise ValueError(f"head {self.name!r}: a {self.kind} head needs its classes")
+            raise ValueError(f"head {self.name!r} has kind {self.kind!r}; expected one of {KINDS}")
+        if self.kind != "binary" and len(self.classes) < 2:
+            raise ValueError(f"{self.kind} head {self.name!r} needs a list of at least two 'classes'")
 
     @classmethod
-    def from_spec(cls, name: str, spec: dict[str, Any] | Head) -> Head:
+    def from_spec(cls, name: str, spec: Mapping[str, Any] | Head) -> Head:
         if isinstance(spec, Head):
             return spec
-        return cls(name, spec["kind"], tuple(spec.get("classes") or ()))
+        if not isinstance(spec, Mapping):
+            raise ValueError(f"head {name!r} must be declared as {{kind, classes}}, got {spec!r}")
+        classes = spec.get("classes")
+        if classes is not None and (isinstance(classes, str) or not all(isinstance(c, str) for c in classes)):
+            raise ValueError(f"head {name!r}: 'classes' must be a list of names, got {classes!r}")
+        return cls(name, spec.get("kind"), tuple(classes or ()))
+
+    @property
+    def is_binary(self) -> bool:
+        """One logit and a 0/1 label: the hate/non-hate heads (the only kind with a ROC curve or a verbalizer)."""
+        return self.kind == "binary"
 
     @property
     def width(self) -> int:
         """Logits the head needs: 1 for binary, one per class otherwise."""
-        return 1 if self.kind == "binary" else len(self.classes)
+        return 1 if self.is_binary else len(self.classes)
 
     def labels(self, values: list[Any]) -> torch.Tensor:
         """The head's labels for a batch; -1 (or a row of -1) where the item is not annotated for it."""
         if self.kind == "multilabel":
             return torch.tensor([v if v is not None else [-1] * self.width for v in values], dtype=torch.float32)
-        dtype = torch.float32 if self.kind == "binary" else torch.long
+        dtype = torch.float32 if self.is_binary else torch.long
         return torch.tensor([-1 if v is None else v for v in values], dtype=dtype)
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.softmax(-1) if self.kind == "multiclass" else logits.sigmoid()
 
 
-def parse_heads(specs: dict[str, Any]) -> dict[str, Head]:
+def parse_heads(specs: HeadSpecs) -> dict[str, Head]:
     """A config's `heads` mapping as typed heads (order kept: it is the order of the logits)."""
     return {name: Head.from_spec(name, spec) for name, spec in specs.items()}
 

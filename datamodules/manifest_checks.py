@@ -15,8 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from datamodules.heads import parse_heads
+
 SHA256 = re.compile(r"[0-9a-f]{64}")
-HEAD_KINDS = ("binary", "multiclass", "multilabel")
 
 
 class ManifestError(ValueError):
@@ -50,12 +51,11 @@ def _require(manifest: dict[str, Any], path: Path, key: str, kind: type | tuple[
 
 
 def _check_heads(heads: dict[str, Any], path: Path) -> None:
-    for name, spec in heads.items():
-        kind = spec.get("kind") if isinstance(spec, dict) else None
-        if kind not in HEAD_KINDS:
-            raise ManifestError(f"{path}: head {name!r} has kind {kind!r}; expected one of {HEAD_KINDS}")
-        if kind != "binary" and not (isinstance(spec.get("classes"), list) and len(spec["classes"]) >= 2):
-            raise ManifestError(f"{path}: {kind} head {name!r} needs a list of at least two 'classes'")
+    """Every declared head must parse as a `Head` (known kind; classes where the kind needs them)."""
+    try:
+        parse_heads(heads)
+    except ValueError as error:
+        raise ManifestError(f"{path}: {error}") from None
 
 
 def _check_shard_records(shards: list[Any], path: Path) -> dict[str, int]:

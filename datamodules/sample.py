@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from datamodules.heads import Head
+
 Label = int | list[int] | None
 
 IMAGE_SIGNATURES: dict[str, tuple[bytes, ...]] = {
@@ -43,28 +45,24 @@ class Sample:
     split: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def validate(self, heads: dict[str, dict[str, Any]]) -> None:
+    def validate(self, heads: dict[str, Head]) -> None:
         """Check the record against the dataset's heads; raise SampleError naming the sample otherwise."""
         if not self.id:
             raise SampleError("sample without id")
         unknown = set(self.labels) - set(heads)
         if unknown:
             raise SampleError(f"sample {self.id}: labels for unknown heads {sorted(unknown)}")
-        for head, spec in heads.items():
-            value = self.labels.get(head)
+        for name, head in heads.items():
+            value = self.labels.get(name)
             if value is None:
                 continue
-            kind = spec["kind"]
-            if kind == "binary" and value not in (0, 1):
-                raise SampleError(f"sample {self.id}: head {head} is binary but label is {value!r}")
-            if kind == "multiclass":
-                n = len(spec["classes"])
-                if not isinstance(value, int) or not 0 <= value < n:
-                    raise SampleError(f"sample {self.id}: head {head} expects a class index < {n}, got {value!r}")
-            if kind == "multilabel":
-                n = len(spec["classes"])
-                if not isinstance(value, list) or len(value) != n or any(v not in (0, 1) for v in value):
-                    raise SampleError(f"sample {self.id}: head {head} expects a multi-hot list of {n}, got {value!r}")
+            n = head.width
+            if head.is_binary and value not in (0, 1):
+                raise SampleError(f"sample {self.id}: head {name} is binary but label is {value!r}")
+            if head.kind == "multiclass" and (not isinstance(value, int) or not 0 <= value < n):
+                raise SampleError(f"sample {self.id}: head {name} expects a class index < {n}, got {value!r}")
+            if head.kind == "multilabel" and (not isinstance(value, list) or len(value) != n or any(v not in (0, 1) for v in value)):
+                raise SampleError(f"sample {self.id}: head {name} expects a multi-hot list of {n}, got {value!r}")
         if self.image is not None and sniff_image_format(self.image) is None:
             raise SampleError(f"sample {self.id}: image bytes are not JPEG, PNG or WebP")
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import webdataset as wds
 
+from datamodules.heads import parse_heads
 from datamodules.manifest_checks import check_manifest, parse_manifest
 from datamodules.paths import OutsideRoot, resolve_within
 from datamodules.sample import Sample, decode_shard_entry
@@ -126,6 +127,7 @@ def write_shards(
     A `Skipped` record stops the conversion unless `allow_skip`, in which case it is counted in the
     manifest. Inputs read always equal samples written plus skipped.
     """
+    typed_heads = parse_heads(heads)  # a bad declaration stops before anything is written
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(out_dir)
@@ -145,7 +147,7 @@ def write_shards(
                     raise ValueError(f"{dataset}: cannot convert {record.input}: {record.reason} (allow skipping to count it instead)")
                 skipped.append({"input": record.input, "reason": record.reason})
                 continue
-            record.validate(heads)
+            record.validate(typed_heads)
             if record.id in seen_ids:
                 raise ValueError(f"{dataset}: duplicate sample id {record.id}")
             seen_ids.add(record.id)

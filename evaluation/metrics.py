@@ -32,7 +32,7 @@ from torchmetrics.functional.classification import (
 )
 from torchmetrics.utilities import dim_zero_cat
 
-from datamodules.heads import Head, label_mask, parse_heads
+from datamodules.heads import Head, label_mask
 
 METRICS = ("auroc", "acc", "f1")
 
@@ -42,7 +42,7 @@ def auroc_undefined(target: torch.Tensor, head: Head) -> str | None:
     count = target.shape[0]
     if count == 0:
         return "no annotated items"
-    if head.kind == "binary":
+    if head.is_binary:
         positives = int((target == 1).sum())
         return f"one class only: all {count} annotated items are {int(positives > 0)}" if positives in (0, count) else None
     classes = head.classes
@@ -61,14 +61,13 @@ def head_scores(probs: torch.Tensor, target: torch.Tensor, head: Head) -> dict[s
     probs, target = probs[mask], target[mask]
     if target.numel() == 0:
         return {name: math.nan for name in METRICS}
-    kind = head.kind
     defined = auroc_undefined(target, head) is None
-    if kind == "binary":
+    if head.is_binary:
         target = target.long()
         auroc = float(binary_auroc(probs, target)) if defined else math.nan
         return {"auroc": auroc, "acc": float(binary_accuracy(probs, target)), "f1": float(binary_f1_score(probs, target))}
     n = head.width
-    if kind == "multiclass":
+    if head.kind == "multiclass":
         target = target.long()
         return {
             "auroc": float(multiclass_auroc(probs, target, num_classes=n)) if defined else math.nan,
@@ -104,9 +103,9 @@ class HeadMetrics(Metric):
 
     full_state_update = False
 
-    def __init__(self, heads: dict[str, dict[str, Any]], **kwargs: Any) -> None:
+    def __init__(self, heads: dict[str, Head], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.heads = parse_heads(heads)
+        self.heads = dict(heads)
         for name in self.heads:
             self.add_state(f"probs_{name}", default=[], dist_reduce_fx="cat")
             self.add_state(f"target_{name}", default=[], dist_reduce_fx="cat")
@@ -122,7 +121,7 @@ class HeadMetrics(Metric):
         """Probabilities and targets of one head, reshaped back from the flat states."""
         head = self.heads[name]
         probs, target = (_cat(getattr(self, f"{kind}_{name}")) for kind in ("probs", "target"))
-        if head.kind == "binary":
+        if head.is_binary:
             return probs, target
         probs = probs.reshape(-1, head.width)
         target = target.reshape(-1, head.width) if head.kind == "multilabel" else target

@@ -1,19 +1,18 @@
 """Model families over the encoders: text only, image only, late, concat and early (MMBT-style) fusion.
 
-Each takes the collated batch and returns one feature vector per item for the shared heads, except
+Each takes the collated batch and returns one feature vector per item for the shared head layers, except
 late fusion, whose per-modality classifiers return logits that are averaged.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
+from datamodules.heads import HeadSpecs, parse_heads
 from models.backbones.image import TimmImageEncoder
 from models.backbones.text import HFTextEncoder
-from models.heads import ClassificationHeads
+from models.heads import HeadLayers
 
 
 def mlp(width: int, hidden_dim: int, num_layers: int, dropout: float) -> tuple[nn.Sequential, int]:
@@ -66,13 +65,13 @@ class LateFusion(nn.Module):
     No cross-modal interaction before the output, which is what separates it from concat fusion.
     """
 
-    output_dim = None  # returns logits: the module's shared heads are not used
+    output_dim = None  # returns logits: the module's shared head layers are not used
 
     def __init__(
         self,
         text: HFTextEncoder,
         image: nn.Module,
-        heads: dict[str, dict[str, Any]],
+        heads: HeadSpecs,
         hidden_dim: int = 256,
         num_layers: int = 1,
         dropout: float = 0.1,
@@ -82,12 +81,13 @@ class LateFusion(nn.Module):
         self.text, self.image = text, image
         self.text_mlp, text_width = mlp(text.output_dim, hidden_dim, num_layers, dropout)
         self.image_mlp, image_width = mlp(image.output_dim, hidden_dim, num_layers, dropout)
-        self.text_heads = ClassificationHeads(text_width, dict(heads), head_dropout)
-        self.image_heads = ClassificationHeads(image_width, dict(heads), head_dropout)
+        typed = parse_heads(heads)
+        self.text_head_layers = HeadLayers(text_width, typed, head_dropout)
+        self.image_head_layers = HeadLayers(image_width, typed, head_dropout)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        text = self.text_heads(self.text_mlp(self.text(batch["input_ids"], batch["attention_mask"])))
-        image = self.image_heads(self.image_mlp(self.image(batch["pixel_values"])))
+        text = self.text_head_layers(self.text_mlp(self.text(batch["input_ids"], batch["attention_mask"])))
+        image = self.image_head_layers(self.image_mlp(self.image(batch["pixel_values"])))
         return {head: (text[head] + image[head]) / 2 for head in text}
 
 

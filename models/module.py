@@ -23,18 +23,34 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from datamodules.even_batches import FILLER
-from datamodules.heads import parse_heads
+from datamodules.heads import Head, parse_heads
 from evaluation.metrics import HeadMetrics
-from models.heads import ClassificationHeads, masked_loss
+from models.heads import HeadLayers, masked_loss
 from models.sharding import gathered, tell_transformers, zero3_config
 from models.trusted_targets import check_checkpoint
 
 EVAL_STAGES = ("val", "test")
+# State-dict prefixes of the head layers before they were named for what they are (checkpoints then said `heads.`)
+RENAMED_PREFIXES = {
+    "heads.": "head_layers.",
+    "backbone.text_heads.": "backbone.text_head_layers.",
+    "backbone.image_heads.": "backbone.image_head_layers.",
+}
 log = logging.getLogger(__name__)
 
 
 def _plain(config: Any) -> Any:
     return OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
+
+
+def rename_head_keys(module: nn.Module, state: dict[str, Any], prefix: str, *_: Any) -> None:
+    """Load-state-dict pre-hook: a checkpoint written before the head layers' rename loads as it is
+    (its `heads.*` weights are renamed in place; a module-level function, so the model still pickles)."""
+    for key in [k for k in state if k.startswith(prefix)]:
+        local = key[len(prefix) :]
+        old = next((o for o in RENAMED_PREFIXES if local.startswith(o)), None)
+        if old is not None and prefix + RENAMED_PREFIXES[old] + local[len(old) :] not in state:
+            state[prefix + RENAMED_PREFIXES[old] + local[len(old) :]] = state.pop(key)
 
 
 class MemeClassifier(L.LightningModule):
@@ -59,14 +75,21 @@ class MemeClassifier(L.LightningModule):
         super().__init__()
         # logger=False: loggers get the whole run config, secrets redacted (training/pipeline.py), not these
         self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")}, logger=False)
-        self.heads_spec = {name: dict(spec) for name, spec in _plain(heads).items()}
-        self.preprocessor = instantiate(self.hparams.preprocessor, heads=self.heads_spec)
+        self.heads: dict[str, Head] = parse_heads(self.hparams.heads)  # order: the order of the logits
+        self.preprocessor = instantiate(self.hparams.preprocessor, heads=self.hparams.heads)
         self.backbone: nn.Module | None = None
-        self.heads: ClassificationHeads | None = None
-        self.metrics = nn.ModuleDict({stage: HeadMetrics(self.heads_spec) for stage in EVAL_STAGES})
+        self.head_layers: HeadLayers | None = None
+        self.metrics = nn.ModuleDict({stage: HeadMetrics(self.heads) for stage in EVAL_STAGES})
         self.losses = nn.ModuleDict({stage: MeanMetric(nan_strategy="disable") for stage in EVAL_STAGES})
         self.prediction_records: list[dict[str, Any]] = []
         self.record_predictions = False
+        self.register_load_state_dict_pre_hook(rename_head_keys)
+
+    @property
+    def heads_spec(self) -> dict[str, dict[str, Any]]:
+        """The heads as the config declares them (plain dicts). Read only by training/predicting.py,
+        training/evaluating.py and training/callbacks/functional_tests.py until they use `heads`."""
+        return self.hparams.heads
 
     @classmethod
     def load_from_checkpoint(
@@ -89,16 +112,16 @@ class MemeClassifier(L.LightningModule):
             self._transformers_zero3 = tell_transformers(config)
         encoders = {name: instantiate(self.hparams[name]) for name in ("text", "image") if self.hparams.get(name)}
         self.backbone = instantiate(self.hparams.fusion, **encoders)
-        if getattr(self.backbone, "output_dim", None):  # late fusion owns its per-modality heads
-            self.heads = ClassificationHeads(self.backbone.output_dim, self.heads_spec, self.hparams.head_dropout)
+        if getattr(self.backbone, "output_dim", None):  # late fusion owns its per-modality head layers
+            self.head_layers = HeadLayers(self.backbone.output_dim, self.heads, self.hparams.head_dropout)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Logits per head: a fusion returns features for the shared heads, or (late fusion) logits itself."""
+        """Logits per head: a fusion returns features for the shared head layers, or (late fusion) logits itself."""
         output = self.backbone(batch)
-        return output if isinstance(output, dict) else self.heads(output)
+        return output if isinstance(output, dict) else self.head_layers(output)
 
     def _loss(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> torch.Tensor:
-        losses = [masked_loss(logits[name], labels[name], spec["kind"])[0] for name, spec in self.heads_spec.items()]
+        losses = [masked_loss(logits[name], labels[name], head)[0] for name, head in self.heads.items()]
         return torch.stack(losses).mean()
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
@@ -114,7 +137,7 @@ class MemeClassifier(L.LightningModule):
         self.metrics[stage].update(logits, batch["labels"])
         self.losses[stage].update(self._loss(logits, batch["labels"]), len(batch["ids"]))
         if self.record_predictions:
-            probs = {name: head.probabilities(logits[name].detach().float()) for name, head in parse_heads(self.heads_spec).items()}
+            probs = {name: head.probabilities(logits[name].detach().float()) for name, head in self.heads.items()}
             self.prediction_records.append({"ids": batch["ids"], "probs": probs, "labels": batch["labels"]})
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -147,8 +170,8 @@ class MemeClassifier(L.LightningModule):
         self._log_epoch_metrics("test")
 
     def export_adapter(self, directory: str | Path, write: bool = True) -> Path:
-        """A VLM's LoRA adapter (PEFT files) plus the heads (`heads.safetensors`, `heads.json`): what a
-        fresh base model needs to reproduce this model's logits.
+        """A VLM's LoRA adapter (PEFT files) plus the head layers' weights (`heads.safetensors`) and the
+        heads' declaration (`heads.json`): what a fresh base model needs to reproduce this model's logits.
 
         Under ZeRO-3 every rank must call this (the trainable weights are gathered collectively); only
         the rank with `write=True` writes.
@@ -159,17 +182,17 @@ class MemeClassifier(L.LightningModule):
         with gathered([p for p in self.parameters() if p.requires_grad]):
             if write:
                 self.backbone.save_adapter(directory)
-                if self.heads is not None:
-                    heads = {k: v.detach().cpu().contiguous() for k, v in self.heads.state_dict().items()}
-                    save_file(heads, str(directory / "heads.safetensors"))
-                (directory / "heads.json").write_text(json.dumps(self.heads_spec, indent=1))
+                if self.head_layers is not None:
+                    weights = {k: v.detach().cpu().contiguous() for k, v in self.head_layers.state_dict().items()}
+                    save_file(weights, str(directory / "heads.safetensors"))
+                (directory / "heads.json").write_text(json.dumps(self.hparams.heads, indent=1))
         return directory
 
     def load_adapter(self, directory: str | Path) -> None:
         directory = Path(directory)
         self.backbone.load_adapter(directory)
-        if self.heads is not None:
-            self.heads.load_state_dict(load_file(str(directory / "heads.safetensors")))
+        if self.head_layers is not None:
+            self.head_layers.load_state_dict(load_file(str(directory / "heads.safetensors")))
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Optimizer groups: per-module learning rates (`param_groups` patterns, first match wins), and no

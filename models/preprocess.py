@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from transformers import AutoImageProcessor, AutoTokenizer
 
-from datamodules.heads import parse_heads
+from datamodules.heads import Head, HeadSpecs, parse_heads
 from models.backbones.image import timm_transform
 from models.pixels import PixelPipeline
 
@@ -42,7 +42,7 @@ class MemePreprocessor:
 
     def __init__(
         self,
-        heads: dict[str, dict[str, Any]],
+        heads: HeadSpecs,
         tokenizer: str | None = None,
         max_length: int = 64,
         image_model: str | None = None,
@@ -56,7 +56,7 @@ class MemePreprocessor:
             raise ValueError("a preprocessor needs a tokenizer, an image model (timm) or image processor (HF), or both")
         if image_model and image_processor:
             raise ValueError("give image_model (timm transform) or image_processor (Hugging Face folder), not both")
-        self.heads = {name: dict(spec) for name, spec in heads.items()}
+        self.heads = parse_heads(heads)
         self.max_length = max_length
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None
         self.pixels: PixelPipeline | HFImagePixels | None = None
@@ -98,5 +98,5 @@ class MemePreprocessor:
         return batch
 
 
-def label_tensors(features: list[dict[str, Any]], heads: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
-    return {name: head.labels([f["labels"].get(name) for f in features]) for name, head in parse_heads(heads).items()}
+def label_tensors(features: list[dict[str, Any]], heads: dict[str, Head]) -> dict[str, torch.Tensor]:
+    return {name: head.labels([f["labels"].get(name) for f in features]) for name, head in heads.items()}

@@ -58,7 +58,7 @@ def test_every_option_composes_and_instantiates(group, option, data_dir, tmp_pat
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
     model.configure_model()
-    assert set(model.heads_spec) == set(datamodule.heads)
+    assert set(model.heads) == set(datamodule.heads)
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     loggers = [instantiate(c) for c in cfg.logger.values()]
     if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():

@@ -2,7 +2,7 @@
 
 A culture folder holds safetensors only: `adapter_config.json` + `adapter_model.safetensors` for LoRA
 (loadable with `PeftModel.from_pretrained(base, folder)`), else `model.safetensors` (the classifier's
-backbone); `head.safetensors` (this culture's rows of the heads layer); `model_config.json` (the
+backbone); `head.safetensors` (this culture's rows of the head layers); `model_config.json` (the
 family config to rebuild it); `culture_card.json` and a README. Loading refuses pickle files, and
 configs that name anything but crossmod's own model parts (models/trusted_targets.py): a folder or a
 run someone shares is data, never code.
@@ -19,7 +19,6 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
-from datamodules.heads import Head
 from models.module import MemeClassifier
 from models.trusted_targets import MODEL_ROOT, check_trusted
 from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
@@ -66,17 +65,10 @@ def run_model(run_dir: Path, checkpoint: str = "best") -> tuple[MemeClassifier, 
 
 
 def _head_slice(model: MemeClassifier, culture: str) -> dict[str, torch.Tensor]:
-    start = 0
-    for name, spec in model.heads_spec.items():
-        width = Head.from_spec(name, spec).width
-        if name == culture:
-            linear = model.heads.linear
-            return {
-                "weight": linear.weight[start : start + width].detach().cpu().contiguous(),
-                "bias": linear.bias[start : start + width].detach().cpu().contiguous(),
-            }
-        start += width
-    raise KeyError(culture)
+    """The culture's rows of the head layers: the `linear` weights of a one-head model."""
+    layers = model.head_layers
+    rows = layers.rows(culture)
+    return {name: tensor[rows].detach().cpu().contiguous() for name, tensor in layers.linear.state_dict().items()}
 
 
 def fold_metrics(run_dir: Path, experiment: str, culture: str) -> dict[str, Any]:
@@ -90,8 +82,8 @@ def fold_metrics(run_dir: Path, experiment: str, culture: str) -> dict[str, Any]
 
 
 def export_culture(model: MemeClassifier, info: dict[str, Any], run_dir: Path, culture: str, out: Path, merge: bool = False) -> Path:
-    if culture not in model.heads_spec:
-        raise KeyError(f"culture {culture!r} is not a head of this run (heads: {list(model.heads_spec)})")
+    if culture not in model.heads:
+        raise KeyError(f"culture {culture!r} is not a head of this run (heads: {list(model.heads)})")
     out.mkdir(parents=True, exist_ok=True)
     # The model's own hyperparameters; secret-looking values never leave in a folder meant for sharing.
     model_cfg = redact(
@@ -112,14 +104,14 @@ def export_culture(model: MemeClassifier, info: dict[str, Any], run_dir: Path, c
     else:
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k.startswith("backbone.")}
         save_file(state, str(out / "model.safetensors"))
-    if model.heads is not None:
+    if model.head_layers is not None:
         save_file(_head_slice(model, culture), str(out / "head.safetensors"))
     (out / "model_config.json").write_text(json.dumps(model_cfg, indent=1, ensure_ascii=False))
-    metrics = info["metrics"]
+    metrics, head = info["metrics"], model.heads[culture]
     card = {
         "culture": culture,
-        "heads": {culture: model.heads_spec[culture]},
-        "label_map": LABEL_MAP if model.heads_spec[culture]["kind"] == "binary" else model.heads_spec[culture].get("classes"),
+        "heads": {culture: model.hparams.heads[culture]},
+        "label_map": LABEL_MAP if head.is_binary else list(head.classes),
         "family": model_cfg["fusion"]["_target_"],
         "format": "peft-lora" if lora else "classifier",
         "base_model": model_cfg.get("name_or_path")
@@ -211,6 +203,6 @@ def load_culture(folder: str | Path) -> tuple[MemeClassifier, dict[str, Any]]:
         missing, unexpected = model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
         if unexpected or any(k.startswith("backbone.") for k in missing):
             raise ValueError(f"{folder}/model.safetensors does not fit this family: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    if model.heads is not None:
-        model.heads.linear.load_state_dict(load_file(str(folder / "head.safetensors")))
+    if model.head_layers is not None:
+        model.head_layers.linear.load_state_dict(load_file(str(folder / "head.safetensors")))
     return model.eval(), card

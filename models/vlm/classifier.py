@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForImageTextToText
 
+from datamodules.heads import HeadSpecs, parse_heads
+
 log = logging.getLogger(__name__)
 
 # LoRA target presets (regexes over module names; the vision tower's layers are called qkv/proj/fc1/fc2).
@@ -66,7 +68,7 @@ class VLMClassifier(nn.Module):
     def __init__(
         self,
         name_or_path: str,
-        heads: dict[str, dict[str, Any]],
+        heads: HeadSpecs,
         mode: str = "head",
         lora: dict[str, Any] | None = None,
         target_modules: str = "qv",
@@ -79,9 +81,10 @@ class VLMClassifier(nn.Module):
         super().__init__()
         if mode not in ("head", "verbalizer"):
             raise ValueError(f"vlm mode must be 'head' or 'verbalizer', got {mode!r}")
-        if mode == "verbalizer" and any(spec["kind"] != "binary" for spec in heads.values()):
+        typed = parse_heads(heads)
+        if mode == "verbalizer" and not all(head.is_binary for head in typed.values()):
             raise ValueError("the verbalizer scores a hate/non-hate choice: every head must be binary")
-        self.mode, self.head_names = mode, list(heads)
+        self.mode, self.head_names = mode, list(typed)
         model = AutoModelForImageTextToText.from_pretrained(
             name_or_path, dtype=resolve_dtype(dtype), attn_implementation=resolve_attn_implementation(attn_implementation)
         )

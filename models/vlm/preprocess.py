@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 from transformers import AutoProcessor
 
+from datamodules.heads import HeadSpecs, parse_heads
 from models.preprocess import label_tensors
 from models.vlm.prompts import PromptSpec
 
@@ -22,14 +23,14 @@ from models.vlm.prompts import PromptSpec
 class VLMPreprocessor:
     def __init__(
         self,
-        heads: dict[str, dict[str, Any]],
+        heads: HeadSpecs,
         processor: str,
         prompt: dict[str, Any],
         image_size: int | None = 512,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
     ) -> None:
-        self.heads = {name: dict(spec) for name, spec in heads.items()}
+        self.heads = parse_heads(heads)
         self.processor = AutoProcessor.from_pretrained(processor)
         self.processor.tokenizer.padding_side = "left"
         image_processor = self.processor.image_processor

@@ -133,7 +133,7 @@ def test_culture_card_heads_and_the_model_root_are_checked_too(culture_copy, tmp
 
 def test_an_untouched_export_still_loads(exported_culture):
     model, card = load_culture(exported_culture)
-    assert card["culture"] == "US" and list(model.heads_spec) == ["US"]
+    assert card["culture"] == "US" and list(model.heads) == ["US"]
 
 
 # 2. A Lightning checkpoint that loads under weights_only=True but carries a _target_ in hyper_parameters.

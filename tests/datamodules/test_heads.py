@@ -26,8 +26,25 @@ def test_widths_labels_and_probabilities_per_kind():
     assert torch.allclose(heads["US"].probabilities(torch.tensor([0.0])), torch.tensor([0.5]))
 
 
-def test_bad_declarations_are_clear_errors():
-    with pytest.raises(ValueError, match="head 'x': unknown kind 'ordinal'"):
-        Head("x", "ordinal")
-    with pytest.raises(ValueError, match="head 'y': a multiclass head needs its classes"):
-        Head.from_spec("y", {"kind": "multiclass"})
+def test_binary_heads_and_typed_heads_pass_through():
+    heads = parse_heads({"US": {"kind": "binary"}, "topic": {"kind": "multiclass", "classes": ["a", "b"]}})
+    assert [h.is_binary for h in heads.values()] == [True, False]
+    assert heads["topic"].classes == ("a", "b") and heads["topic"].name == "topic"
+    assert parse_heads(heads) == heads  # typed heads parse to themselves
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"kind": "ordinal"}, r"head 'y' has kind 'ordinal'; expected one of \('binary', 'multiclass', 'multilabel'\)"),
+        ({"classes": ["a", "b"]}, "head 'y' has kind None"),
+        ({"kind": "multiclass"}, "multiclass head 'y' needs a list of at least two 'classes'"),
+        ({"kind": "multilabel", "classes": ["a"]}, "multilabel head 'y' needs a list of at least two 'classes'"),
+        ({"kind": "multiclass", "classes": "ab"}, "head 'y': 'classes' must be a list of names, got 'ab'"),
+        ({"kind": "multiclass", "classes": [1, 2]}, r"head 'y': 'classes' must be a list of names, got \[1, 2\]"),
+        ("binary", "head 'y' must be declared as {kind, classes}, got 'binary'"),
+    ],
+)
+def test_bad_declarations_are_clear_errors(spec, message):
+    with pytest.raises(ValueError, match=message):
+        Head.from_spec("y", spec)

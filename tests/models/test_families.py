@@ -119,6 +119,31 @@ def test_family_trains_overfits_and_reloads(family, tiny, tmp_path):
         torch.testing.assert_close(before[head], after[head], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("family, old_prefix", [("concat", "heads."), ("late_fusion", "backbone.text_heads.")])
+def test_a_checkpoint_with_the_former_head_key_names_loads(family, old_prefix, tiny, tmp_path):
+    """Checkpoints written while the head layers were called `heads` (shared) or `text_heads` / `image_heads`
+    (late fusion) load into today's names, to the same logits."""
+    overrides = [o.format(**{k: str(v) for k, v in tiny.items()}) for o in FAMILIES[family]]
+    trained, fresh = build_model(overrides, tmp_path), build_model(overrides, tmp_path)
+    renamed = {
+        "head_layers.": "heads.",
+        "backbone.text_head_layers.": "backbone.text_heads.",
+        "backbone.image_head_layers.": "backbone.image_heads.",
+    }
+    old_state = {}
+    for key, value in trained.state_dict().items():
+        new = next((n for n in renamed if key.startswith(n)), None)
+        old_state[renamed[new] + key[len(new) :] if new else key] = value
+    assert any(key.startswith(old_prefix) for key in old_state)
+    fresh.load_state_dict(old_state)  # strict: every key found under its new name
+    batch = one_batch(trained)
+    trained.eval(), fresh.eval()
+    with torch.no_grad():
+        before, after = trained(batch), fresh(batch)
+    for head in before:
+        torch.testing.assert_close(before[head], after[head], rtol=0, atol=0)
+
+
 def test_per_module_learning_rates_and_no_decay_groups(tiny, tmp_path):
     model = build_model(
         [
@@ -143,7 +168,7 @@ def test_per_module_learning_rates_and_no_decay_groups(tiny, tmp_path):
 def test_frozen_text_encoder_has_no_trainable_parameters(tiny, tmp_path):
     model = build_model(["model=text", f"model.text.name_or_path={tiny['bert']}", "model.text.freeze=true"], tmp_path)
     assert not any(p.requires_grad for n, p in model.named_parameters() if n.startswith("backbone.text."))
-    assert all(p.requires_grad for p in model.heads.parameters())
+    assert all(p.requires_grad for p in model.head_layers.parameters())
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tiny, tmp_path):
@@ -159,7 +184,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny, tmp_path):
             tmp_path,
         )
         torch.manual_seed(0)
-        model.heads.linear.reset_parameters()
+        model.head_layers.linear.reset_parameters()
         batch = one_batch(model)
         model.eval()  # no dropout: the two runs must match exactly
         loss_of(model, batch).backward()

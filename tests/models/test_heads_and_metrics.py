@@ -10,50 +10,76 @@ import torch
 from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import accuracy_score, f1_score, hamming_loss, roc_auc_score
 
+from datamodules.heads import Head, parse_heads
 from evaluation.metrics import HeadMetrics
-from models.heads import ClassificationHeads, masked_loss
+from models.heads import HeadLayers, masked_loss
 
-HEADS = {
-    "US": {"kind": "binary"},
-    "sentiment": {"kind": "multiclass", "classes": ["neg", "neu", "pos"]},
-    "emotion": {"kind": "multilabel", "classes": ["a", "b", "c", "d"]},
-}
+HEADS = parse_heads(
+    {
+        "US": {"kind": "binary"},
+        "sentiment": {"kind": "multiclass", "classes": ["neg", "neu", "pos"]},
+        "emotion": {"kind": "multilabel", "classes": ["a", "b", "c", "d"]},
+    }
+)
+BINARY = {name: Head(name, "binary") for name in ("US", "DE")}
 
 
-def test_heads_shapes():
-    logits = ClassificationHeads(16, HEADS)(torch.randn(5, 16))
+def test_head_layers_shapes_and_rows():
+    layers = HeadLayers(16, HEADS)
+    features = torch.randn(5, 16)
+    logits = layers(features)
     assert logits["US"].shape == (5,)
     assert logits["sentiment"].shape == (5, 3)
     assert logits["emotion"].shape == (5, 4)
+    rows = layers.rows("sentiment")
+    assert (rows.start, rows.stop) == (1, 4)
+    expected = features @ layers.linear.weight[rows].T + layers.linear.bias[rows]
+    assert torch.allclose(logits["sentiment"], expected)
+    with pytest.raises(KeyError, match="'DE' is not a head"):
+        layers.rows("DE")
 
 
 @pytest.mark.parametrize(
-    "kind, logits, target",
+    "name, logits, target",
     [
-        ("binary", torch.tensor([2.0, -1.0, 0.5]), torch.tensor([1.0, -1.0, 0.0])),
-        ("multiclass", torch.randn(3, 3), torch.tensor([2, -1, 0])),
-        ("multilabel", torch.randn(3, 4), torch.tensor([[1.0, 0, 0, 1], [-1, -1, -1, -1], [0, 1, 0, 0]])),
+        ("US", torch.tensor([2.0, -1.0, 0.5]), torch.tensor([1.0, -1.0, 0.0])),
+        ("sentiment", torch.randn(3, 3), torch.tensor([2, -1, 0])),
+        ("emotion", torch.randn(3, 4), torch.tensor([[1.0, 0, 0, 1], [-1, -1, -1, -1], [0, 1, 0, 0]])),
     ],
 )
-def test_masked_loss_ignores_unannotated_items(kind, logits, target):
-    loss, count = masked_loss(logits, target, kind)
+def test_masked_loss_ignores_unannotated_items(name, logits, target):
+    head = HEADS[name]
+    loss, count = masked_loss(logits, target, head)
     keep = [0, 2]
-    expected, _ = masked_loss(logits[keep], target[keep], kind)
+    expected, _ = masked_loss(logits[keep], target[keep], head)
     assert count == 2
     assert torch.allclose(loss, expected)
     changed = logits.clone()
     changed[1] = changed[1] + 100  # the unannotated item's logits must not matter
-    assert torch.allclose(masked_loss(changed, target, kind)[0], loss)
+    assert torch.allclose(masked_loss(changed, target, head)[0], loss)
+
+
+def test_masked_loss_per_kind_equals_torch_on_the_annotated_items():
+    logits = torch.tensor([[2.0, -1.0, 0.5, 0.0], [0.3, 0.2, -2.0, 1.0]])
+    emotion = torch.tensor([[1.0, 0, 0, 1], [0, 1, 1, 0]])
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits, emotion)  # mean over items and labels
+    assert torch.allclose(masked_loss(logits, emotion, HEADS["emotion"])[0], expected)
+    sentiment = torch.tensor([2, 0])
+    expected = torch.nn.functional.cross_entropy(logits[:, :3], sentiment)
+    assert torch.allclose(masked_loss(logits[:, :3], sentiment, HEADS["sentiment"])[0], expected)
+    us = torch.tensor([1.0, 0.0])
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits[:, 0], us)
+    assert torch.allclose(masked_loss(logits[:, 0], us, HEADS["US"])[0], expected)
 
 
 def test_all_unannotated_gives_zero_loss_not_nan():
-    loss, count = masked_loss(torch.randn(4), torch.full((4,), -1.0), "binary")
+    loss, count = masked_loss(torch.randn(4), torch.full((4,), -1.0), HEADS["US"])
     assert count == 0 and loss.item() == 0.0
 
 
 def test_epoch_metrics_match_sklearn_and_skip_missing_labels():
     rng = np.random.default_rng(0)
-    metric = HeadMetrics({"US": {"kind": "binary"}, "DE": {"kind": "binary"}})
+    metric = HeadMetrics(BINARY)
     all_logits, all_us, all_de = [], [], []
     for _ in range(4):
         logits = {h: torch.tensor(rng.normal(size=16), dtype=torch.float32) for h in ("US", "DE")}
@@ -75,7 +101,7 @@ def test_epoch_metrics_match_sklearn_and_skip_missing_labels():
 
 
 def test_auroc_is_nan_when_a_head_has_one_class_and_the_mean_skips_it():
-    metric = HeadMetrics({"US": {"kind": "binary"}, "DE": {"kind": "binary"}})
+    metric = HeadMetrics(BINARY)
     metric.update(
         {"US": torch.tensor([0.1, 0.9]), "DE": torch.tensor([0.3, 0.2])}, {"US": torch.tensor([0.0, 1.0]), "DE": torch.tensor([1.0, 1.0])}
     )
@@ -111,11 +137,11 @@ def _sklearn_scores(kind: str, probs: np.ndarray, target: np.ndarray) -> dict[st
 @pytest.mark.parametrize("kind", ["multiclass", "multilabel"])
 def test_multiclass_and_multilabel_scores_equal_sklearn(kind):
     rng = np.random.default_rng(1)
-    spec = HEADS["sentiment" if kind == "multiclass" else "emotion"]
-    width = len(spec["classes"])
+    head = HEADS["sentiment" if kind == "multiclass" else "emotion"]
+    width = head.width
     logits = torch.tensor(rng.normal(size=(60, width)), dtype=torch.float32)
     target = torch.tensor(rng.integers(0, width, 60)) if kind == "multiclass" else torch.tensor(rng.integers(0, 2, (60, width)))
-    metric = HeadMetrics({"h": spec})
+    metric = HeadMetrics({"h": head})
     for rows in torch.arange(60).split(16):  # several steps, one epoch
         metric.update({"h": logits[rows]}, {"h": target[rows]})
     result = metric.compute()
@@ -136,10 +162,9 @@ def test_multiclass_and_multilabel_scores_equal_sklearn(kind):
     ],
 )
 def test_undefined_auroc_is_nan_for_every_kind_as_in_sklearn(kind, target, reason):
-    spec = {"binary": HEADS["US"], "multiclass": HEADS["sentiment"], "multilabel": HEADS["emotion"]}[kind]
-    width = 1 if kind == "binary" else len(spec["classes"])
-    logits = torch.tensor(np.random.default_rng(2).normal(size=(4, width)), dtype=torch.float32).squeeze(-1)
-    metric = HeadMetrics({"h": spec, "US": HEADS["US"]})
+    head = {"binary": HEADS["US"], "multiclass": HEADS["sentiment"], "multilabel": HEADS["emotion"]}[kind]
+    logits = torch.tensor(np.random.default_rng(2).normal(size=(4, head.width)), dtype=torch.float32).squeeze(-1)
+    metric = HeadMetrics({"h": head, "US": HEADS["US"]})
     metric.update({"h": logits, "US": torch.tensor([0.2, 0.8, 0.3, 0.9])}, {"h": torch.tensor(target), "US": torch.tensor([0, 1, 0, 1])})
     result = metric.compute()
     probs = (logits.softmax(-1) if kind == "multiclass" else logits.sigmoid()).numpy()

@@ -60,14 +60,14 @@ def loss_of(model: MemeClassifier, batch: dict) -> torch.Tensor:
 def test_only_lora_and_heads_train_and_loss_falls(version, tiny_vlms, tmp_path):
     model = build(tmp_path, f"model.name_or_path={tiny_vlms[version]}")
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
-    assert trainable and all("lora_" in name or name.startswith("heads.") for name in trainable), sorted(trainable)[:5]
+    assert trainable and all("lora_" in name or name.startswith("head_layers.") for name in trainable), sorted(trainable)[:5]
     lora = [n for n in trainable if "lora_" in n]
     layers = model.backbone.model.config.get_text_config().num_hidden_layers
     assert len(lora) == layers * 2 * 2  # q and v of every language-model layer, A and B each
     assert not any("visual" in n for n in lora)
-    heads = sum(p.numel() for p in model.heads.parameters())
+    head_weights = sum(p.numel() for p in model.head_layers.parameters())
     counted = sum(p.numel() for n, p in model.named_parameters() if p.requires_grad)
-    assert counted == heads + sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    assert counted == head_weights + sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
 
     batch = batch_of(model)
     optimizer = torch.optim.AdamW(model.parameter_groups(), lr=5e-3)
@@ -119,7 +119,7 @@ def test_vision_lora_and_all_linear_presets(tiny_vlms, tmp_path):
 
 def test_verbalizer_scores_the_answer_options(tiny_vlms, tmp_path):
     model = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.fusion.mode=verbalizer", "model.fusion.lora=null")
-    assert model.heads is None and not any(p.requires_grad for p in model.parameters())
+    assert model.head_layers is None and not any(p.requires_grad for p in model.parameters())
     tokenizer = model.preprocessor.processor.tokenizer
     a, b = (tokenizer.encode(x, add_special_tokens=False)[0] for x in "ab")
     batch = batch_of(model)
@@ -212,9 +212,7 @@ def test_memes_without_images_still_run_the_vision_tower(tiny_vlms, tmp_path):
     calls = []
     vision = model.backbone._base().model.visual
     handle = vision.register_forward_hook(lambda *_: calls.append(1))
-    samples = [
-        {"id": f"t{i}", "text": "words only", "image": None, "labels": {h: 0 for h in model.heads_spec}, "lang": "en"} for i in range(3)
-    ]
+    samples = [{"id": f"t{i}", "text": "words only", "image": None, "labels": {h: 0 for h in model.heads}, "lang": "en"} for i in range(3)]
     batch = model.preprocessor.collate([model.preprocessor(s) for s in samples])
     assert "pixel_values" in batch
     with torch.no_grad():

@@ -99,7 +99,7 @@ def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_
     consolidated = load_file(str(tmp_path / "best.safetensors"))
     assert summary["tensors"] == len(consolidated) > 0
     # exclude_frozen_parameters: the LoRA weights and heads, nothing of the frozen base
-    assert all("lora_" in key or key.startswith("heads.") for key in consolidated), sorted(consolidated)[:5]
+    assert all("lora_" in key or key.startswith("head_layers.") for key in consolidated), sorted(consolidated)[:5]
     assert all(value.numel() > 0 for value in consolidated.values())
 
     adapter = load_file(str(Path(metrics["adapter"]) / "adapter_model.safetensors"))
@@ -116,7 +116,7 @@ def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_
     batch = model.preprocessor.collate([model.preprocessor(s) for s in samples])
     with torch.no_grad():
         logits, logits_fresh = model(batch), fresh(batch)
-    for head in model.heads_spec:
+    for head in model.heads:
         assert torch.allclose(logits[head], logits_fresh[head])
         probs = torch.sigmoid(logits[head]).tolist()
         expected = [scored[(s["id"], head)] for s in samples]
