@@ -1,13 +1,11 @@
 """MemeDataModule: converts a source to shards once, then streams them with webdataset.
 
 Training streams resampled shards with a fixed epoch length, so every rank runs the same number of
-batches. Evaluation is exact: each val/test shard goes to exactly one (rank, worker) consumer, so
-every sample is scored once, whatever the number of ranks, workers and shards.
-
-In a fold run (`fold=k`) the held-out fold is the `test` stage and nothing else: the training stream
-and the validation set that checkpointing/early stopping see are drawn from the other folds only
-(`selection`: `inner` carves a validation split from them, or uses the dataset's own validation split
-when it has one; `last` has no validation set, the final weights are scored).
+batches; the stream's position travels in checkpoints (`state_dict`), so a resumed run sees the batches
+the uninterrupted run would (datamodules/stream_position.py). Evaluation is exact: each val/test shard
+goes to exactly one (rank, worker) consumer, so every sample is scored once, whatever the number of
+ranks, workers and shards. What each stage reads in a fold run, and which rule chose the scored
+weights, is datamodules/selection_rules.py.
 """
 
 from __future__ import annotations
@@ -23,11 +21,14 @@ import webdataset as wds
 from filelock import FileLock
 from torch.utils.data import DataLoader, get_worker_info
 
+from datamodules.batches import Preprocessor, SamplesToBatch
 from datamodules.even_batches import EvenBatches, sum_over_ranks
-from datamodules.folds import ensure_folds, ensure_inner_validation, find_folds, fold_roles, inner_validation, iter_records
+from datamodules.folds import ensure_folds, ensure_inner_validation, find_folds, iter_records
 from datamodules.one_block import one_block
 from datamodules.sample import decode_shard_entry
+from datamodules.selection_rules import RoleFilter, StagePlan, check_selection, fold_splits, rule_for
 from datamodules.shards import conversion_summary, fingerprint, read_manifest, verify_shards, write_shards
+from datamodules.stream_position import StreamResume, training_position
 from datamodules.tar_reader import shard_samples
 
 
@@ -39,11 +40,6 @@ class Source(Protocol):
 
     def params(self) -> dict[str, Any]: ...
     def __iter__(self): ...
-
-
-class Preprocessor(Protocol):
-    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]: ...
-    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]: ...
 
 
 class ShardsForConsumer:
@@ -59,29 +55,6 @@ class ShardsForConsumer:
         for index, item in enumerate(src):
             if index % consumers == consumer:
                 yield item
-
-
-SELECTIONS = ("inner", "last")
-# What chose the weights that score a run's test stage (recorded in metrics.json, fold_result.json, CV reports).
-RULES = {
-    "dataset_val": "best checkpoint on the dataset's own validation split; test = the dataset's test split",
-    "val_split": "best checkpoint on the dataset's own validation split; the held-out fold is scored once by it",
-    "inner": "best checkpoint on an inner validation split carved from the training folds; the held-out fold is scored once by it",
-    "last": "final weights after the configured schedule, no selection; the held-out fold is scored once by them",
-}
-
-
-class RoleFilter:
-    """Keep samples whose group has the given role (`train`, `val`, `test`) in this fold run."""
-
-    def __init__(self, roles: dict[str, str], role: str) -> None:
-        self.roles, self.role = roles, role
-
-    def __call__(self, sample: dict[str, Any]) -> bool:
-        group = sample["group"]
-        if group not in self.roles:
-            raise KeyError(f"sample {sample['id']}: group {group} has no fold in the manifest (stale shards?)")
-        return self.roles[group] == self.role
 
 
 class MemeDataModule(L.LightningDataModule):
@@ -121,7 +94,7 @@ class MemeDataModule(L.LightningDataModule):
         sharded (ZeRO-3) and there are several
         ranks) keeps evaluation batches in lockstep across ranks (datamodules/even_batches.py).
         `selection` and `inner_share` (`cv.selection`, `cv.inner_share`) say how a fold run's weights
-        are chosen without its held-out fold (see RULES).
+        are chosen without its held-out fold (datamodules/selection_rules.py).
         """
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -132,8 +105,7 @@ class MemeDataModule(L.LightningDataModule):
             raise ValueError("MemeDataModule needs shard_root (where converted shards are cached) or shard_dir")
         if fold is not None and not 0 <= fold < num_folds:
             raise ValueError(f"fold={fold} is outside 0..{num_folds - 1} (num_folds={num_folds})")
-        if selection not in SELECTIONS:
-            raise ValueError(f"cv.selection must be one of {SELECTIONS}, got {selection!r} (the held-out fold is never a selection set)")
+        check_selection(selection)
         self.selection, self.inner_share = selection, inner_share
         self.heads = {name: dict(spec) for name, spec in heads.items()}
         self.source, self.fold, self.num_folds, self.fold_seed = source, fold, num_folds, fold_seed
@@ -154,8 +126,8 @@ class MemeDataModule(L.LightningDataModule):
         else:
             self.dataset_dir = Path(shard_root) / f"{source.name}-{fingerprint(source.params())}"
         self.manifest: dict[str, Any] = {}
-        self.folds: dict[str, Any] | None = None
-        self.roles: dict[str, str] | None = None  # group → train / val / test in a fold run
+        self.plan: StagePlan | None = None  # what each stage reads; set by `setup`
+        self.resume = StreamResume()  # where the training stream starts (from a checkpoint)
 
     # ---------------------------------------------------------------- preparation
     def prepare_data(self) -> None:
@@ -186,7 +158,7 @@ class MemeDataModule(L.LightningDataModule):
                 verify_shards(self.dataset_dir)
             if self.fold is not None:
                 entry = ensure_folds(self.dataset_dir, self.num_folds, self.fold_seed, self.fold_splits)
-                if self._rule(read_manifest(self.dataset_dir)) == "inner":
+                if rule_for(self.fold, self.selection, read_manifest(self.dataset_dir), self.val_splits) == "inner":
                     ensure_inner_validation(self.dataset_dir, entry, self.fold, self.inner_share)
 
     def _source_summary(self) -> dict[str, Any]:
@@ -196,22 +168,22 @@ class MemeDataModule(L.LightningDataModule):
     @property
     def fold_splits(self) -> list[str]:
         """The splits folds divide: the training splits (a dataset's own validation split stays a validation split)."""
-        return sorted(set(self.train_splits))
-
-    def _own_validation(self, manifest: dict[str, Any]) -> bool:
-        return bool(set(manifest["counts"]["split"]) & set(self.val_splits))
-
-    def _rule(self, manifest: dict[str, Any]) -> str:
-        if self.fold is None:
-            return "dataset_val"
-        if self.selection == "last":
-            return "last"
-        return "val_split" if self._own_validation(manifest) else "inner"
+        return fold_splits(self.train_splits)
 
     @property
     def selection_rule(self) -> str:
-        """Which rule chose the weights scored on the test stage (a key of RULES); needs `setup`."""
-        return self._rule(self.manifest)
+        """Which rule chose the weights scored on the test stage (a key of selection_rules.RULES); needs `setup`."""
+        return self._plan().rule
+
+    @property
+    def roles(self) -> dict[str, str] | None:
+        """Group → train / val / test in a fold run (None otherwise); needs `setup`."""
+        return self._plan().roles
+
+    def _plan(self) -> StagePlan:
+        if self.plan is None:
+            raise RuntimeError("MemeDataModule.setup has not run: the stages are read from the manifest there")
+        return self.plan
 
     def connect(self, preprocessor: Preprocessor) -> None:
         """The model's preprocessor turns this module's sample dicts into batches (the driver connects them)."""
@@ -224,14 +196,21 @@ class MemeDataModule(L.LightningDataModule):
         if self.preprocessor is None:
             raise RuntimeError("MemeDataModule has no preprocessor: call datamodule.connect(model.preprocessor) first (train.py does)")
         self._check_splits()
+        folds = None
         if self.fold is not None:
-            self.folds = find_folds(self.manifest, self.num_folds, self.fold_seed, self.fold_splits)
-            if self.folds is None:
+            folds = find_folds(self.manifest, self.num_folds, self.fold_seed, self.fold_splits)
+            if folds is None:
                 raise RuntimeError(
                     f"{self.dataset_dir}: no fold assignment for num_folds={self.num_folds}, seed={self.fold_seed}; run prepare_data first"
                 )
-            inner = inner_validation(self.folds, self.fold, self.inner_share) if self.selection_rule == "inner" else None
-            self.roles = fold_roles(self.folds, self.fold, inner["groups"] if inner else None)
+        self.plan = StagePlan(
+            {"train": self.train_splits, "val": self.val_splits, "test": self.test_splits},
+            self.manifest["counts"]["split"],
+            rule_for(self.fold, self.selection, self.manifest, self.val_splits),
+            self.fold,
+            folds,
+            self.inner_share,
+        )
 
     def _check_splits(self) -> None:
         """fold=null trains on the dataset's own splits; an evaluation-only set needs cross-validation."""
@@ -270,18 +249,7 @@ class MemeDataModule(L.LightningDataModule):
 
     def num_samples(self, stage: str) -> int:
         """Samples in a stage's stream (train / val / test) under the current split or fold."""
-        by_split = self.manifest["counts"]["split"]
-        rule = self.selection_rule
-        if self.folds is None or (stage == "val" and rule == "val_split"):
-            splits = {"train": self.train_splits, "val": self.val_splits, "test": self.test_splits}[stage]
-            return sum(by_split.get(split, 0) for split in splits)
-        per_fold = self.folds["samples_per_fold"]
-        inner = inner_validation(self.folds, self.fold, self.inner_share)["samples"] if rule == "inner" else 0
-        if stage == "test":
-            return per_fold[self.fold]
-        if stage == "val":
-            return inner
-        return sum(per_fold) - per_fold[self.fold] - inner
+        return self._plan().num_samples(stage)
 
     def held_out_labels(self) -> dict[str, dict[str, Any]]:
         """Every dataset head's label for each held-out sample of this fold run (id → head → label).
@@ -293,10 +261,28 @@ class MemeDataModule(L.LightningDataModule):
         names = [Path(url).name for url in self._shards(self.fold_splits)]
         return {r["id"]: r["labels"] for r in iter_records(self.dataset_dir, names) if self.roles[r["group"]] == "test"}
 
+    # ---------------------------------------------------------------- resume state
+    def state_dict(self) -> dict[str, Any]:
+        """The training stream's position, saved in every checkpoint written while fitting."""
+        if self.trainer is None or self.trainer.state.fn != "fit":
+            return {}
+        epoch, batches = training_position(self.trainer)
+        return {"train_stream": {"epoch": epoch, "batches": batches}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume the training stream where the checkpoint was written (only when fitting from it)."""
+        stream = state_dict.get("train_stream")
+        if stream is not None and self.trainer is not None and self.trainer.state.fn == "fit":
+            self.resume.load(int(stream["epoch"]), int(stream["batches"]), self.num_workers)
+
+    def teardown(self, stage: str) -> None:
+        if stage == "fit":
+            self.resume.stopped()
+
     # ---------------------------------------------------------------- loaders
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
-        splits = self.fold_splits if self.folds is not None else self.train_splits
+        splits, role = self._plan().reads("train")
         urls = self._shards(splits)
         if not urls:
             raise ValueError(f"{self.dataset_dir}: no shards for training splits {splits}")
@@ -304,34 +290,29 @@ class MemeDataModule(L.LightningDataModule):
         batches_per_rank = max(1, math.ceil(samples / (self.batch_size * world)))
         workers = max(1, self.num_workers)
         per_worker = math.ceil(batches_per_rank / workers)
+        shards = wds.ResampledShards(urls, seed=self.seed + 7919 * rank, deterministic=True)
+        resume = self.resume.stage(shards)
         stages: list[Any] = [
-            wds.ResampledShards(urls, seed=self.seed + 7919 * rank, deterministic=True),
+            shards,
             shard_samples,
             wds.shuffle(self.shuffle_buffer, initial=min(self.shuffle_buffer, 100), seed=self.seed + rank),
             wds.map(decode_shard_entry),
         ]
-        if self.roles is not None:
-            stages.append(wds.select(RoleFilter(self.roles, "train")))
+        if role is not None:
+            stages.append(wds.select(RoleFilter(self.roles, role)))
         stages += [
-            wds.map(self.preprocessor),
-            wds.batched(self.batch_size, collation_fn=self.preprocessor.collate, partial=False),
+            wds.batched(self.batch_size, collation_fn=SamplesToBatch(self.preprocessor), partial=False),
+            resume,
             *self._handover(),
         ]
         pipeline = wds.DataPipeline(*stages).with_epoch(per_worker).with_length(per_worker * workers)
-        return self._loader(pipeline)
-
-    def _eval_splits(self, stage: str) -> tuple[list[str], str | None]:
-        """(splits to read, role to keep) of an evaluation stage; role None = the whole splits."""
-        rule = self.selection_rule
-        if rule == "dataset_val":
-            return (self.val_splits if stage == "val" else self.test_splits), None
-        if stage == "test":
-            return self.fold_splits, "test"
-        return (self.val_splits, None) if rule == "val_split" else (self.fold_splits, "val")
+        loader = self._loader(pipeline)
+        self.resume.running(loader, resume)
+        return loader
 
     def _eval_dataloader(self, stage: str) -> DataLoader:
         rank, world = self._rank_world()
-        splits, role = self._eval_splits(stage)
+        splits, role = self._plan().reads(stage)
         urls = self._shards(splits)
         stages: list[Any] = [
             wds.SimpleShardList(urls),
@@ -342,8 +323,7 @@ class MemeDataModule(L.LightningDataModule):
         if role is not None:
             stages.append(wds.select(RoleFilter(self.roles, role)))
         stages += [
-            wds.map(self.preprocessor),
-            wds.batched(self.eval_batch_size, collation_fn=self.preprocessor.collate, partial=True),
+            wds.batched(self.eval_batch_size, collation_fn=SamplesToBatch(self.preprocessor), partial=True),
             *self._handover(),
         ]
         loader = self._loader(wds.DataPipeline(*stages))
@@ -363,8 +343,7 @@ class MemeDataModule(L.LightningDataModule):
             wds.SimpleShardList(urls[:1]),
             shard_samples,
             wds.map(decode_shard_entry),
-            wds.map(self.preprocessor),
-            wds.batched(self.eval_batch_size, collation_fn=self.preprocessor.collate, partial=True),
+            wds.batched(self.eval_batch_size, collation_fn=SamplesToBatch(self.preprocessor), partial=True),
         )
         return next(iter(pipeline))
 

@@ -1,6 +1,6 @@
 """Train → score the selected weights (validation set, then the test stage once) → write run files: what `train.py` runs.
 
-Which weights are scored is the run's selection rule (`datamodules.memes.RULES`): in a fold run the
+Which weights are scored is the run's selection rule (`datamodules.selection_rules.RULES`): in a fold run the
 held-out fold is the test stage, scored once at the end, and no choice made during fit ever saw it.
 """
 
@@ -16,14 +16,15 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
-from datamodules.memes import RULES
+from datamodules.selection_rules import RULES
 from models.sharding import is_zero3
+from training.callbacks.rng_states import RngStates
 from training.console import configure_console
 from training.consolidate import restore_weights, zero_state_dict
 from training.report import print_table
 from training.runs import copy_manifest, nest, save_config, write_metrics
 from training.selection import NO_VALIDATION, without_selection
-from training.slurm_checks import SlurmRequeue, check_allocation
+from training.slurm import SlurmRequeue, check_allocation
 
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -41,9 +42,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
     datamodule.connect(model.preprocessor)  # the model's side hands the data what it needs; data never reaches into it
-    # Exact resume everywhere (RNG states travel in checkpoints, the stream is fast-forwarded); the
-    # signal handling and requeue only inside a SLURM job.
-    callbacks = _instantiate_all(cfg.get("callbacks")) + [SlurmRequeue(enabled=SLURMEnvironment.detect())]
+    # Exact resume everywhere (RNG states travel in checkpoints, as the datamodule's stream position does);
+    # the signal handling and requeue only inside a SLURM job.
+    callbacks = _instantiate_all(cfg.get("callbacks")) + [RngStates(), SlurmRequeue(enabled=SLURMEnvironment.detect())]
     no_validation = cfg.get("fold") is not None and datamodule.selection == "last"
     if no_validation:
         callbacks = without_selection(callbacks)

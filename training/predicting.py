@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from datamodules.batches import SamplesToBatch
 from datamodules.heads import Head
 from datamodules.predict_inputs import InputError, Inputs, read_inputs
 
@@ -24,9 +25,10 @@ def predict(model: Any, records: list[dict[str, Any]], batch_size: int, threshol
     model.eval()
     device = next(model.parameters()).device
     rows = []
+    to_batch = SamplesToBatch(model.preprocessor)
     for start in range(0, len(records), batch_size):
         chunk = records[start : start + batch_size]
-        batch = model.preprocessor.collate([model.preprocessor(r) for r in chunk])
+        batch = to_batch(chunk)
         batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         logits = model(batch)
         for i, record in enumerate(chunk):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, SMALL_DATA
-from training.slurm_checks import AllocationMismatch, check_allocation
+from training.slurm import AllocationMismatch, check_allocation
 
 pytestmark = pytest.mark.slurm
 
