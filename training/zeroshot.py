@@ -21,6 +21,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
+from datamodules.batches import SamplesToBatch
 from datamodules.shards import read_samples
 from evaluation.zeroshot_stats import accuracy_table, auroc_table, markdown, summarise
 from training.console import configure_console
@@ -35,7 +36,7 @@ def answer_all(
     preprocessor._option_ids.clear()
     base = model.backbone._base()
     tokenizer = preprocessor.processor.tokenizer
-    loader = DataLoader(records, batch_size=batch_size, collate_fn=lambda items: preprocessor.collate([preprocessor(r) for r in items]))
+    loader = DataLoader(records, batch_size=batch_size, collate_fn=SamplesToBatch(preprocessor))
     rows = []
     for batch in loader:
         inputs = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor) and k not in ("option_ids",)}
