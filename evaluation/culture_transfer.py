@@ -4,16 +4,19 @@ Rows are predictors (zero-shot, FT-<culture>, a multi-head model), columns are c
 cell is a metric per held-out fold, then mean ± sample std (ddof = 1) over folds. A predictor gives,
 per fold and column, P(hate) (for AUROC) and a decision (for accuracy; None = an unparseable answer,
 counted wrong). Several decisions per fold (a zero-shot model's prompts) are averaged within the fold.
+`fold_transfer` builds the predictors from cross-validation fold results (and zero-shot answers).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import accuracy_score, roc_auc_score
 
+from evaluation.predictions import binary_scores
 from evaluation.summary import mean_std
 
 
@@ -86,3 +89,107 @@ def transfer_markdown(table: dict[str, dict[str, dict[str, float]]], metric: str
             out.append(text)
         lines.append(f"| {row} | " + " | ".join(out) + " |")
     return "\n".join(lines)
+
+
+THRESHOLD = 0.5  # a fine-tuned model decides Hate at P(hate) ≥ this
+
+
+def decided(probs: dict[str, float], threshold: float = THRESHOLD) -> Answers:
+    """A fine-tuned head's answers: its probabilities, and a decision at `threshold`."""
+    return Answers(probability=probs, decision={i: int(p >= threshold) for i, p in probs.items()})
+
+
+def answers_by_fold(by_prompt: dict[str, Answers], held_out: list[set[str]]) -> list[list[Answers]]:
+    """Per fold, one answer set per prompt (prompts in sorted order), restricted to that fold's held-out memes."""
+    folds = []
+    for ids in held_out:
+        folds.append(
+            [
+                Answers({i: a.probability[i] for i in ids if i in a.probability}, {i: a.decision[i] for i in ids if i in a.decision})
+                for _, a in sorted(by_prompt.items())
+            ]
+        )
+    return folds
+
+
+FoldResults = dict[str, dict[int, dict[str, Any]]]  # experiment → fold → fold result (fold_result.json)
+
+
+def held_out_sets(experiments: FoldResults) -> tuple[list[int], list[set[str]]]:
+    """The folds of the first experiment and the ids each holds out (every row must hold out the same)."""
+    if not experiments:
+        return [], []
+    first = next(iter(experiments.values()))
+    folds = sorted(first)
+    return folds, [set(first[k].get("held_out_labels", {})) for k in folds]
+
+
+def fold_transfer(
+    experiments: FoldResults, zeroshot: dict[str, Answers] | None = None, threshold: float = THRESHOLD
+) -> dict[str, Any] | None:
+    """Table 11 of cross-validation folds: `experiments[name][fold]` = fold result, `zeroshot` = prompt → answers
+    over the same memes. Rows: zero-shot, FT-<culture> for each single-culture experiment, each multi-head
+    experiment; columns: every binary culture of the held-out labels. Returns the table, its diagonal (row →
+    own culture), the folds and the problems (experiments left out), or None when there is nothing to compare."""
+    folds, held_out = held_out_sets(experiments)
+    if not held_out or not all(held_out):
+        return None
+    first = next(iter(experiments.values()))
+    problems = [
+        f"{name}: its folds hold out other memes than {next(iter(experiments))}'s; left out of the transfer table"
+        for name, runs in experiments.items()
+        if sorted(runs) != folds or any(set(runs[k].get("held_out_labels", {})) != held_out[i] for i, k in enumerate(folds))
+    ]
+    usable = {name: runs for name, runs in experiments.items() if not any(name in p.split(":")[0] for p in problems)}
+    first_labels = first[folds[0]]["held_out_labels"]
+    cultures = sorted(
+        {h for labels in first_labels.values() for h, v in labels.items() if v in (0, 1)},
+        key=list(first_labels[next(iter(held_out[0]))]).index,
+    )
+    labels = [{c: {i: v[c] for i, v in first[k]["held_out_labels"].items() if v.get(c) in (0, 1)} for c in cultures} for k in folds]
+    predictors: dict[str, dict[str, list[list[Answers]]]] = {}
+    diagonal: dict[str, str] = {}
+    if zeroshot is not None:
+        per_fold = answers_by_fold(zeroshot, held_out)
+        predictors["zero-shot"] = {c: per_fold for c in cultures}
+    for name, runs in usable.items():
+        probs = [binary_scores(runs[k]["oof_predictions"])[0] for k in folds]
+        heads = [h for h in probs[0] if h in cultures]
+        if len(heads) == 1:
+            row = f"FT-{heads[0]}"
+            diagonal[row] = heads[0]
+            predictors[row] = {c: [[decided(p[heads[0]], threshold)] for p in probs] for c in cultures}
+        elif heads:
+            row = f"multi-head ({name})"
+            predictors[row] = {c: [[decided(p[c], threshold)] for p in probs] for c in cultures if c in heads}
+    order = ["zero-shot", *(f"FT-{c}" for c in cultures)]
+    ranked = sorted(predictors, key=lambda r: (order.index(r) if r in order else len(order), r))
+    predictors = {r: predictors[r] for r in ranked if set(predictors[r]) == set(cultures)}
+    if len(predictors) < 2 and "zero-shot" not in predictors and not diagonal:
+        return None
+    return {"table": transfer_table(predictors, labels), "diagonal": diagonal, "folds": folds, "problems": problems}
+
+
+def transfer_document(transfer: dict[str, Any], threshold: float = THRESHOLD) -> str:
+    """culture_transfer.md: how to read the table, then accuracy and AUROC tables and the problems."""
+    table, diagonal = transfer["table"], transfer["diagonal"]
+    notes = [
+        "# Culture transfer (Table 11 layout)",
+        "",
+        "Rows: models (FT-<culture> = trained on that culture's labels only); columns: the culture whose labels judge them.",
+        f"Each cell: mean ± sample std over {len(transfer['folds'])} held-out folds; decisions at P(hate) ≥ {threshold}; zero-shot: mean over "
+        "its prompts within each fold, unparseable answers counted wrong. <u>Underlined</u>: the row's own culture; **bold**: best per column.",
+        "",
+        "## Accuracy (%)",
+        "",
+        transfer_markdown(table, "acc", diagonal),
+        "",
+        "## AUROC",
+        "",
+        transfer_markdown(table, "auroc", diagonal),
+        "",
+        *[f"- **problem**: {p}" for p in transfer["problems"]],
+        "![culture transfer](culture_transfer.png)",
+        "",
+    ]
+    return "\n".join(notes)

@@ -68,6 +68,17 @@ def functional_report(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def functional_metrics(report: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    """Scalar metrics of a functional report, for loggers: `{prefix}/acc/<functionality>` (mean accuracy over the
+    languages with cases of it) and `{prefix}/macro_f1/<lang>`."""
+    metrics = {
+        f"{prefix}/acc/{f}": sum(v for v in cells.values() if v is not None) / sum(v is not None for v in cells.values())
+        for f, cells in report["accuracy"].items()
+    }
+    metrics.update({f"{prefix}/macro_f1/{lang}": s["macro_f1"] for lang, s in report["per_language"].items()})
+    return metrics
+
+
 def functional_markdown(report: Mapping[str, Any], figure: str | None = None) -> str:
     langs = report["languages"]
     lines = [

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 COLUMNS = ("id", "head", "probability", "label")
 
 
@@ -37,3 +39,13 @@ def binary_scores(columns: dict[str, list[Any]]) -> tuple[dict[str, dict[str, fl
         if label is not None:
             labels.setdefault(head, {})[sample_id] = label
     return probs, labels
+
+
+def labelled_pairs(probs: dict[str, dict[str, float]], labels: dict[str, dict[str, int]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per head with labels: (labels, probabilities) over its labelled ids in id order, as ROC curves take them."""
+    pairs = {}
+    for head in probs:
+        ids = sorted(labels.get(head, {}))
+        if ids:
+            pairs[head] = (np.array([labels[head][i] for i in ids]), np.array([probs[head][i] for i in ids]))
+    return pairs

@@ -7,24 +7,21 @@ fold's single test pass, pooled out-of-fold AUROC, the culture alignment matrix 
 against each culture's labels, best marked), ROC and heatmap PNGs, `cv_summary.json` and a markdown
 summary that states the selection rule. Missing or duplicated folds, folds of different rules and
 fold results without a rule (selected on their own held-out fold) are reported and never averaged over.
+The numbers and the markdown come from `evaluation.cv_summary`; this module finds, reads and writes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from datamodules.memes import RULES
-from evaluation.alignment import alignment_matrix
+from evaluation.cv_summary import check_folds, check_rules, cv_markdown, pool_out_of_fold, summarise
 from evaluation.plots import alignment_heatmap, roc_figure
-from evaluation.predictions import binary_scores
-from evaluation.summary import json_safe, mean_std
+from evaluation.predictions import labelled_pairs
+from evaluation.summary import json_safe
 from training.callbacks.fold_results import FILENAME as FOLD_RESULT
 from training.transfer_report import transfer_report
 
@@ -40,140 +37,6 @@ def find_runs(root: Path) -> dict[str, list[tuple[dict[str, Any], Path]]]:
     return runs
 
 
-def binary_oof(result: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
-    """Out-of-fold scores of binary heads (scalar probabilities): head → id → p, and every binary
-    dataset head's labels of the held-out memes (culture → id → label), not only the model's heads."""
-    probs, labels = binary_scores(result["oof_predictions"])
-    labels = defaultdict(dict, labels)
-    for sample_id, heads in result.get("held_out_labels", {}).items():
-        for head, label in heads.items():
-            if isinstance(label, int) and label in (0, 1):
-                labels[head][sample_id] = label
-    return dict(probs), dict(labels)
-
-
-def rule_of(result: dict[str, Any]) -> str | None:
-    return (result.get("selection") or {}).get("rule")
-
-
-def check_rules(runs: list[tuple[dict[str, Any], Path]]) -> tuple[list[tuple[dict[str, Any], Path]], list[str]]:
-    """Keep fold results that name their selection rule; the folds of one report must share one rule."""
-    problems = []
-    unruled = [d for r, d in runs if rule_of(r) not in RULES or rule_of(r) == "dataset_val"]
-    if unruled:
-        problems.append(
-            f"{len(unruled)} fold result(s) name no cross-validation selection rule (written when the held-out fold also "
-            f"chose the checkpoint): left out ({', '.join(str(d) for d in unruled)})"
-        )
-    kept = [(r, d) for r, d in runs if rule_of(r) in RULES and rule_of(r) != "dataset_val"]
-    rules = sorted({rule_of(r) for r, _ in kept})
-    if len(rules) > 1:
-        problems.append(f"folds were selected by different rules {rules}: nothing averaged")
-        return [], problems
-    return kept, problems
-
-
-def check_folds(runs: list[tuple[dict[str, Any], Path]]) -> tuple[dict[int, tuple[dict, Path]], list[str]]:
-    """Keep folds present exactly once; describe every missing or duplicated fold."""
-    by_fold: dict[int, list[tuple[dict, Path]]] = defaultdict(list)
-    for metrics, run_dir in runs:
-        by_fold[metrics["fold"]].append((metrics, run_dir))
-    expected = {m["num_folds"] for m, _ in runs if m.get("num_folds")}
-    problems = []
-    if len(expected) > 1:
-        problems.append(f"runs disagree on num_folds: {sorted(expected)}")
-    num_folds = max(expected) if expected else max(by_fold) + 1
-    missing = sorted(set(range(num_folds)) - set(by_fold))
-    if missing:
-        problems.append(f"missing folds {missing} of {num_folds}")
-    kept = {}
-    for fold, entries in sorted(by_fold.items()):
-        if len(entries) > 1:
-            problems.append(f"fold {fold} appears {len(entries)} times ({', '.join(str(d) for _, d in entries)}); left out")
-        else:
-            kept[fold] = entries[0]
-    return kept, problems
-
-
-def _mean_std(per_metric: dict[str, list[float]], prefix: str) -> dict[str, float]:
-    summary = {}
-    for key, values in sorted(per_metric.items()):
-        stats = mean_std(values)
-        summary[f"{prefix}/{key}_mean"], summary[f"{prefix}/{key}_std"] = stats["mean"], stats["std"]
-    return summary
-
-
-def summarise(folds: dict[int, tuple[dict[str, Any], Path]]) -> dict[str, Any]:
-    """Mean ± sample std over folds of the held-out folds' metrics, plus pooled out-of-fold scores."""
-    per_metric: dict[str, list[float]] = defaultdict(list)
-    for result, _ in folds.values():
-        for head, scores in result["held_out"].items():
-            if head == "all":
-                continue
-            for name, value in scores.items():
-                per_metric[f"{head}/{name}"].append(math.nan if value is None else value)
-    summary = _mean_std(per_metric, "cv")
-    # the selection set's scores of the selected weights: what a hyperparameter sweep may be scored by
-    per_selection: dict[str, list[float]] = defaultdict(list)
-    for result, _ in folds.values():
-        for head, scores in (result.get("selection_scores") or {}).items():
-            for name, value in scores.items():
-                if head != "all":
-                    per_selection[f"{head}/{name}"].append(math.nan if value is None else value)
-    if all(len(v) == len(folds) for v in per_selection.values()):
-        summary.update(_mean_std(per_selection, "cv_selection"))
-    probs: dict[str, dict[str, float]] = defaultdict(dict)
-    labels: dict[str, dict[str, int]] = defaultdict(dict)
-    seen: dict[str, int] = {}
-    overlap = set()
-    for fold, (result, _) in folds.items():
-        fold_probs, fold_labels = binary_oof(result)
-        ids = set(result["oof_predictions"]["id"])
-        overlap |= {i for i in ids if i in seen}
-        seen.update({i: fold for i in ids})
-        for head in fold_probs:
-            probs[head].update(fold_probs[head])
-        for culture in fold_labels:  # every culture's labels, also those no head of this model predicts
-            labels[culture].update(fold_labels[culture])
-    alignment = alignment_matrix(dict(probs), dict(labels))
-    rule = rule_of(next(iter(folds.values()))[0])
-    return {
-        "selection": {"rule": rule, "description": RULES[rule]},
-        "metrics": summary,
-        "pooled_oof_auroc": {head: row[head] for head, row in alignment.items() if head in row},  # own labels, all folds pooled
-        "alignment": alignment,
-        "oof_samples": len(seen),
-        "ids_in_two_folds": sorted(overlap),
-        "_oof": (dict(probs), dict(labels)),
-    }
-
-
-def markdown(name: str, folds: dict, problems: list[str], result: dict[str, Any]) -> str:
-    heads = sorted({k.split("/")[1] for k in result["metrics"] if k.startswith("cv/")} - {"mean"}) + ["mean"]
-    lines = [f"# Cross-validation: {name}", "", f"Folds used: {sorted(folds)}; out-of-fold samples: {result['oof_samples']}."]
-    lines += ["", f"Selection rule: **{result['selection']['rule']}** — {result['selection']['description']}."]
-    lines += ["Every number below is the held-out folds' single test pass (mean ± sample std over folds)."]
-    lines += [f"- **problem**: {p}" for p in problems] + [""]
-    lines += ["| head | AUROC | acc | F1 | pooled OOF AUROC |", "|---|---|---|---|---|"]
-    for head in heads:
-        cells = [
-            f"{result['metrics'][f'cv/{head}/{m}_mean']:.3f} ± {result['metrics'][f'cv/{head}/{m}_std']:.3f}"
-            for m in ("auroc", "acc", "f1")
-        ]
-        pooled = result["pooled_oof_auroc"].get(head)
-        lines.append(f"| {head} | " + " | ".join(cells) + f" | {'' if pooled is None else f'{pooled:.3f}'} |")
-    if not result["alignment"]:
-        return "\n".join([*lines, "", "No binary heads: no pooled ROC or alignment matrix.", ""])
-    cultures = list(next(iter(result["alignment"].values())))
-    lines += ["", "Alignment (AUROC of each head's scores against each culture's labels; * = best culture):", ""]
-    lines += ["| head \\ labels | " + " | ".join(cultures) + " |", "|---|" + "---|" * len(cultures)]
-    for head, row in result["alignment"].items():
-        best = max(row, key=lambda c: -1 if math.isnan(row[c]) else row[c])
-        lines.append(f"| {head} | " + " | ".join(f"{row[c]:.3f}" + ("*" if c == best else "") for c in cultures) + " |")
-    lines += ["", "![ROC](roc_oof.png)", "", "![alignment](alignment.png)", ""]
-    return "\n".join(lines)
-
-
 def report(root: Path, out: Path | None = None) -> dict[str, Any]:
     """Write one report folder per experiment found under `root`; return the summaries."""
     results = {}
@@ -185,27 +48,23 @@ def report(root: Path, out: Path | None = None) -> dict[str, Any]:
         if not folds:
             results[name] = {"problems": problems}
             continue
-        result = summarise(folds)
-        probs, labels = result.pop("_oof")
+        results_by_fold = {fold: fold_result for fold, (fold_result, _) in folds.items()}
+        oof = pool_out_of_fold(results_by_fold)
+        result = summarise(results_by_fold, oof)
         if result["ids_in_two_folds"]:
             problems.append(f"{len(result['ids_in_two_folds'])} sample ids are in two folds' validation sets")
         result["problems"] = problems
         result["folds"] = {str(k): str(d) for k, (_, d) in folds.items()}
         if not problems:
-            clean[name] = {k: r for k, (r, _) in folds.items()}
+            clean[name] = results_by_fold
         target = (out or root / "cv_report") / name
         target.mkdir(parents=True, exist_ok=True)
-        roc_scores = {}
-        for head in probs:
-            ids = sorted(labels.get(head, {}))
-            if not ids:
-                continue
-            roc_scores[head] = (np.array([labels[head][i] for i in ids]), np.array([probs[head][i] for i in ids]))
+        roc_scores = labelled_pairs(oof.probs, oof.labels)
         if roc_scores:
             roc_figure(roc_scores, target / "roc_oof.png", f"{name}: pooled out-of-fold ROC")
             alignment_heatmap(result["alignment"], target / "alignment.png", f"{name}: culture alignment")
         (target / "cv_summary.json").write_text(json.dumps(json_safe(result), indent=1, allow_nan=False))
-        (target / "cv_report.md").write_text(markdown(name, folds, problems, result))
+        (target / "cv_report.md").write_text(cv_markdown(name, list(folds), problems, result))
         results[name] = result
     transfer = transfer_report(clean, root, out or root / "cv_report")
     if transfer is not None:

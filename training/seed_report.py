@@ -13,31 +13,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from evaluation.summary import mean_std
+from evaluation.seed_summary import seed_summary
 
 
 def summarise(root: Path) -> dict[str, dict[str, Any]]:
+    """Every run (`metrics.json`) under `root`, grouped by experiment, summarised over its seeds."""
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for path in sorted(root.rglob("metrics.json")):
         metrics = json.loads(path.read_text())
         runs[metrics["experiment"]].append(metrics)
-    summary = {}
-    for name, group in runs.items():
-        seeds = [m["seed"] for m in group]
-        values: dict[str, list[float]] = defaultdict(list)
-        for metrics in group:
-            for stage, heads in metrics["best"].items():
-                for head, scores in heads.items():
-                    for metric, value in scores.items():
-                        values[f"{stage}/{head}/{metric}"].append(np.nan if value is None else value)
-        summary[name] = {
-            "seeds": seeds,
-            "problems": [f"seed {s} appears {seeds.count(s)} times" for s in sorted(set(seeds)) if seeds.count(s) > 1],
-            "metrics": {key: mean_std(v) for key, v in sorted(values.items())},
-        }
-    return summary
+    return seed_summary(runs)
 
 
 def main() -> None:

@@ -6,7 +6,16 @@ import math
 
 import pytest
 
-from evaluation.culture_transfer import Answers, fold_scores, transfer_markdown, transfer_table
+from evaluation.culture_transfer import (
+    Answers,
+    answers_by_fold,
+    decided,
+    fold_scores,
+    fold_transfer,
+    transfer_document,
+    transfer_markdown,
+    transfer_table,
+)
 
 
 def test_fold_scores_count_invalid_answers_wrong_and_average_prompts():
@@ -46,3 +55,48 @@ def test_rows_tied_at_a_column_best_are_all_bold():
     table = transfer_table({"A": {"US": right}, "B": {"US": right}, "C": {"US": wrong}}, labels)
     rows = transfer_markdown(table, "acc", {}).splitlines()[2:]
     assert [("**" in r) for r in rows] == [True, True, False]
+
+
+def test_zero_shot_answers_are_split_by_the_held_out_folds_prompt_by_prompt():
+    by_prompt = {"1": Answers({"m1": 0.3}, {"m1": 0}), "0": Answers({"m1": 0.8, "m2": 0.4, "m3": 0.1}, {"m1": 1, "m2": None, "m3": 0})}
+    folds = answers_by_fold(by_prompt, [{"m1", "m2"}, {"m3"}])
+    assert [len(f) for f in folds] == [2, 2]  # prompts in sorted order: "0" then "1"
+    assert folds[0][0].decision == {"m1": 1, "m2": None} and folds[1][0].decision == {"m3": 0}
+    assert folds[0][1].probability == {"m1": 0.3} and folds[1][1].probability == {}
+    assert decided({"a": 0.5, "b": 0.49}).decision == {"a": 1, "b": 0}
+
+
+def _fold_result(head: str, probs: dict[str, float], labels: dict[str, dict[str, int]]) -> dict:
+    ids = list(probs)
+    oof = {"id": ids, "head": [head] * len(ids), "probability": [probs[i] for i in ids], "label": [labels[i][head] for i in ids]}
+    return {"oof_predictions": oof, "held_out_labels": labels}
+
+
+# held-out labels of two folds (US, DE per meme)
+LABELS = [{"a": {"US": 1, "DE": 0}, "b": {"US": 0, "DE": 0}}, {"c": {"US": 1, "DE": 1}, "d": {"US": 0, "DE": 1}}]
+
+
+def test_fold_results_become_table_11_rows_with_their_own_culture_on_the_diagonal():
+    us = {0: _fold_result("US", {"a": 0.9, "b": 0.2}, LABELS[0]), 1: _fold_result("US", {"c": 0.6, "d": 0.7}, LABELS[1])}
+    de = {0: _fold_result("DE", {"a": 0.1, "b": 0.3}, LABELS[0]), 1: _fold_result("DE", {"c": 0.8, "d": 0.9}, LABELS[1])}
+    shifted = {0: _fold_result("DE", {"c": 0.5, "d": 0.5}, LABELS[1]), 1: _fold_result("DE", {"a": 0.5, "b": 0.5}, LABELS[0])}
+    zeroshot = {"0": Answers({i: 0.5 for i in "abcd"}, {"a": 1, "b": 1, "c": None, "d": 1})}
+    transfer = fold_transfer({"x-FT-DE": de, "x-FT-US": us, "other": shifted}, zeroshot)
+    assert list(transfer["table"]) == ["zero-shot", "FT-US", "FT-DE"] and transfer["diagonal"] == {"FT-US": "US", "FT-DE": "DE"}
+    assert transfer["folds"] == [0, 1] and transfer["problems"] == [
+        "other: its folds hold out other memes than x-FT-DE's; left out of the transfer table"
+    ]
+    # FT-US judged by DE labels: fold 0 decides a=1 b=0 against 0 0 → 1/2; fold 1 decides c=1 d=1 against 1 1 → 2/2
+    cell = transfer["table"]["FT-US"]["DE"]
+    assert cell["acc_mean"] == pytest.approx(0.75) and cell["acc_std"] == pytest.approx(math.sqrt(0.125))
+    assert transfer["table"]["FT-US"]["US"]["acc_mean"] == pytest.approx(0.75)  # 2/2, then c=1 d=1 against 1 0 → 1/2
+    # zero-shot by US labels: fold 0 a right, b wrong → 1/2; fold 1 c unparseable (wrong), d wrong → 0
+    assert transfer["table"]["zero-shot"]["US"]["acc_mean"] == pytest.approx(0.25)
+    text = transfer_document(transfer)
+    assert "mean ± sample std over 2 held-out folds; decisions at P(hate) ≥ 0.5" in text
+    assert "- **problem**: other: its folds hold out" in text and "## AUROC" in text
+
+
+def test_nothing_to_compare_gives_no_table():
+    assert fold_transfer({}) is None
+    assert fold_transfer({"x": {0: {"oof_predictions": {"id": [], "head": [], "probability": [], "label": []}}}}) is None

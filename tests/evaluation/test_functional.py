@@ -9,7 +9,7 @@ import pytest
 from sklearn.metrics import f1_score
 
 from datamodules.sources.mhc import MHCSource
-from evaluation.functional import functional_markdown, functional_report, functionality_bars, is_ident_case
+from evaluation.functional import functional_markdown, functional_metrics, functional_report, functionality_bars, is_ident_case
 from tests.conftest import ROOT
 
 MHC_DIR = Path(os.environ.get("MHC_DIR", ROOT.parent / "shared" / "data" / "mhc"))
@@ -43,3 +43,16 @@ def test_functional_report_on_real_mhc(tmp_path):
     figure = functionality_bars(report, tmp_path / "functionalities.png")
     assert figure.stat().st_size > 0
     assert "| de |" in functional_markdown(report, figure.name)
+
+
+def test_logged_metrics_average_a_functionality_over_the_languages_that_have_it():
+    report = {
+        "accuracy": {"derog": {"de": 1.0, "nl": 0.5}, "slur": {"de": None, "nl": 0.25}},
+        "per_language": {"de": {"macro_f1": 0.7}, "nl": {"macro_f1": 0.4}},
+    }
+    assert functional_metrics(report, "val/mhc") == {
+        "val/mhc/acc/derog": 0.75,
+        "val/mhc/acc/slur": 0.25,  # no German cases of it: not a zero
+        "val/mhc/macro_f1/de": 0.7,
+        "val/mhc/macro_f1/nl": 0.4,
+    }

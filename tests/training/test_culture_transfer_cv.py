@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score
 
+from evaluation.culture_transfer import answers_by_fold
 from tests.conftest import SMALL_DATA
-from training.transfer_report import _zeroshot_answers
+from training.transfer_report import read_zeroshot_answers
 
 DROPPED = ("~data.heads.MX", "~data.heads.IN", "~data.heads.CN")
 
@@ -51,14 +52,14 @@ def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_p
     assert (run_dir / "cv_report" / "culture_transfer.png").stat().st_size > 0
 
 
-def test_zero_shot_answers_are_split_by_the_same_held_out_folds(tmp_path: Path):
+def test_zero_shot_answers_csv_is_read_per_prompt_and_split_by_the_same_held_out_folds(tmp_path: Path):
     path = tmp_path / "answers.csv"
     rows = [("m1/en", "0", "1", "0.8"), ("m2/en", "0", "", "0.4"), ("m3/en", "0", "0", "0.1"), ("m1/en", "1", "0", "0.3")]
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(("id", "lang", "prompt", "prediction", "p_hate", "generation"))
         writer.writerows((i, "en", prompt, prediction, p, "…") for i, prompt, prediction, p in rows)
-    folds = _zeroshot_answers(path, [{"m1/en", "m2/en"}, {"m3/en"}])
+    folds = answers_by_fold(read_zeroshot_answers(path), [{"m1/en", "m2/en"}, {"m3/en"}])
     assert len(folds) == 2 and len(folds[0]) == 2  # two prompts in each fold
     assert folds[0][0].decision == {"m1/en": 1, "m2/en": None} and folds[1][0].decision == {"m3/en": 0}
     assert folds[0][1].probability == {"m1/en": 0.3}

@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
 from datamodules.folds import iter_records
-from evaluation.functional import functional_report
+from evaluation.functional import functional_metrics, functional_report
 
 
 class FunctionalTestsCallback(L.Callback):
@@ -60,10 +60,5 @@ class FunctionalTestsCallback(L.Callback):
         ]
         if not rows:
             return
-        report = functional_report(rows)
-        metrics = {
-            f"val/mhc/acc/{f}": sum(v for v in cells.values() if v is not None) / sum(v is not None for v in cells.values())
-            for f, cells in report["accuracy"].items()
-        }
-        metrics.update({f"val/mhc/macro_f1/{lang}": s["macro_f1"] for lang, s in report["per_language"].items()})
+        metrics = functional_metrics(functional_report(rows), "val/mhc")
         module.log_dict(metrics, sync_dist=False, rank_zero_only=False)  # identical on every rank after the gather

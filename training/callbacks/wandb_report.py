@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 
 import lightning as L
-import numpy as np
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
 from evaluation.plots import roc_figure
+from evaluation.predictions import binary_scores, labelled_pairs, read_prediction_columns
 
 STAGE_OF = {TrainerFn.VALIDATING: "val", TrainerFn.TESTING: "test"}
 
@@ -43,30 +43,27 @@ class WandbReport(L.Callback):
             return
         summary = {f"best/{key}": float(value) for key, value in trainer.callback_metrics.items() if key.startswith(f"{stage}/")}
         path = self.predictions_dir / f"{stage}.csv"
-        rows = list(csv.DictReader(open(path, newline=""))) if path.is_file() else []
+        rows = []  # the file's rows as written (text cells): the table shows them as they are, binary or not
+        if path.is_file():
+            with open(path, newline="") as handle:
+                rows = list(csv.DictReader(handle))
         for logger in loggers:
             logger.experiment.summary.update(summary)
             if not rows:
                 continue
-            self._log_roc_images(logger, stage, rows)
+            self._log_roc_images(logger, stage, path)
             table = rows[: self.max_table_rows]
             logger.log_table(key=f"predictions/{stage}", columns=list(table[0]), data=[list(r.values()) for r in table])
             if len(rows) > len(table):
                 logger.experiment.summary[f"predictions/{stage}/rows_not_in_table"] = len(rows) - len(table)
 
     @staticmethod
-    def _log_roc_images(logger: WandbLogger, stage: str, rows: list[dict[str, str]]) -> None:
+    def _log_roc_images(logger: WandbLogger, stage: str, path: Path) -> None:
         """One image per binary head; heads with list-valued probabilities (multiclass/multilabel) have no ROC."""
-        by_head: dict[str, tuple[list[int], list[float]]] = {}
-        for row in rows:
-            if row["label"] == "" or row["probability"].startswith("["):
-                continue
-            labels, probs = by_head.setdefault(row["head"], ([], []))
-            labels.append(int(row["label"]))
-            probs.append(float(row["probability"]))
+        pairs = labelled_pairs(*binary_scores(read_prediction_columns(path)))
         with tempfile.TemporaryDirectory() as tmp:
-            for head, (labels, probs) in sorted(by_head.items()):
-                if len(set(labels)) < 2:
+            for head, (labels, probs) in sorted(pairs.items()):
+                if len(set(labels.tolist())) < 2:
                     continue
-                image = roc_figure({head: (np.array(labels), np.array(probs))}, Path(tmp) / f"{head}.png", f"{stage} ROC: {head}")
+                image = roc_figure({head: (labels, probs)}, Path(tmp) / f"{head}.png", f"{stage} ROC: {head}")
                 logger.log_image(key=f"roc/{stage}/{head}", images=[str(image)])

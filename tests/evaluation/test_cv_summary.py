@@ -1,0 +1,91 @@
+"""The cross-validation summary of fold results, against hand-computed means, sample stds and pooled AUROCs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from evaluation.cv_summary import check_folds, check_rules, cv_markdown, pool_out_of_fold, summarise
+
+
+def _scores(auroc: float, acc: float = 0.5, f1: float = 0.4) -> dict[str, float]:
+    return {"auroc": auroc, "acc": acc, "f1": f1}
+
+
+def _fold(fold: int, rule: str | None, auroc: float, oof: dict[str, tuple[float, int, int]], selection: float | None = None) -> dict:
+    """oof: id → (P(US), US label, DE label)."""
+    ids = list(oof)
+    result = {
+        "experiment": "x",
+        "fold": fold,
+        "num_folds": 2,
+        "held_out": {"US": _scores(auroc), "mean": _scores(auroc), "all": _scores(0.0)},
+        "oof_predictions": {
+            "id": ids,
+            "head": ["US"] * len(ids),
+            "probability": [oof[i][0] for i in ids],
+            "label": [oof[i][1] for i in ids],
+        },
+        "held_out_labels": {i: {"US": oof[i][1], "DE": oof[i][2]} for i in ids},
+    }
+    if rule is not None:
+        result["selection"] = {"rule": rule}
+    if selection is not None:
+        result["selection_scores"] = {"US": {"auroc": selection}, "all": {"auroc": 0.0}}
+    return result
+
+
+FOLD0 = {"a": (0.9, 1, 0), "b": (0.2, 0, 1), "c": (0.6, 1, 1), "d": (0.4, 0, 0)}
+FOLD1 = {"e": (0.7, 0, 1), "f": (0.3, 1, 0)}
+
+
+def test_mean_sample_std_and_pooled_out_of_fold_auroc_by_hand():
+    results = {0: _fold(0, "last", 0.8, FOLD0, selection=0.7), 1: _fold(1, "last", 0.6, FOLD1, selection=0.9)}
+    oof = pool_out_of_fold(results)
+    assert oof.samples == 6 and oof.ids_in_two_folds == []
+    summary = summarise(results, oof)
+    metrics = summary["metrics"]
+    assert metrics["cv/US/auroc_mean"] == pytest.approx(0.7) and metrics["cv/US/auroc_std"] == pytest.approx(math.sqrt(0.02))
+    assert metrics["cv/US/acc_std"] == pytest.approx(0.0) and not any("/all/" in k for k in metrics)
+    assert metrics["cv_selection/US/auroc_mean"] == pytest.approx(0.8)
+    # pooled US scores .9 .2 .6 .4 .7 .3; US positives {.9, .6, .3} beat negatives {.2, .4, .7} in 3 + 2 + 1 of 9 pairs
+    assert summary["pooled_oof_auroc"] == {"US": pytest.approx(6 / 9)}
+    # against the DE labels of the same memes (no DE head): positives {.2, .6, .7} vs {.9, .4, .3} win 0 + 2 + 2 of 9
+    assert summary["alignment"] == {"US": {"US": pytest.approx(6 / 9), "DE": pytest.approx(4 / 9)}}
+    assert summary["selection"]["rule"] == "last" and summary["oof_samples"] == 6
+
+    text = cv_markdown("x", [1, 0], [], summary)
+    assert "Folds used: [0, 1]; out-of-fold samples: 6." in text and "Selection rule: **last**" in text
+    assert "| US | 0.700 ± 0.141 | 0.500 ± 0.000 | 0.400 ± 0.000 | 0.667 |" in text
+    assert "| head \\ labels | US | DE |" in text and "| US | 0.667* | 0.444 |" in text
+
+
+def test_selection_scores_are_summarised_only_when_every_fold_has_them_and_shared_ids_are_listed():
+    results = {0: _fold(0, "last", 0.8, FOLD0, selection=0.7), 1: _fold(1, "last", 0.6, {"a": (0.5, 1, 0), **FOLD1})}
+    oof = pool_out_of_fold(results)
+    assert oof.ids_in_two_folds == ["a"] and oof.samples == 6
+    assert not any(k.startswith("cv_selection/") for k in summarise(results, oof)["metrics"])
+
+
+def test_folds_without_a_cross_validation_rule_are_left_out_and_mixed_rules_average_nothing():
+    runs = [(_fold(0, None, 0.8, FOLD0), "old"), (_fold(1, "dataset_val", 0.8, FOLD1), "dv"), (_fold(1, "last", 0.6, FOLD1), "ok")]
+    kept, problems = check_rules(runs)
+    assert [where for _, where in kept] == ["ok"]
+    assert problems == [
+        "2 fold result(s) name no cross-validation selection rule (written when the held-out fold also chose the checkpoint): "
+        "left out (old, dv)"
+    ]
+    kept, problems = check_rules([(_fold(0, "last", 0.8, FOLD0), "a"), (_fold(1, "inner", 0.6, FOLD1), "b")])
+    assert kept == [] and problems == ["folds were selected by different rules ['inner', 'last']: nothing averaged"]
+
+
+def test_missing_and_duplicated_folds_are_described_and_only_single_folds_kept():
+    def fold(k: int) -> dict:
+        return {"fold": k, "num_folds": 3}
+
+    kept, problems = check_folds([(fold(0), "a"), (fold(0), "b"), (fold(1), "c")])
+    assert list(kept) == [1] and kept[1][1] == "c"
+    assert problems == ["missing folds [2] of 3", "fold 0 appears 2 times (a, b); left out"]
+    _, problems = check_folds([(fold(0), "a"), ({"fold": 1, "num_folds": 2}, "b")])
+    assert problems[0] == "runs disagree on num_folds: [2, 3]"
