@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from datamodules.batches import Preprocessor, SamplesToBatch
 from datamodules.even_batches import EvenBatches, sum_over_ranks
 from datamodules.folds import ensure_folds, ensure_inner_validation, find_folds, iter_records
+from datamodules.heads import Head, parse_heads
 from datamodules.one_block import one_block
 from datamodules.sample import decode_shard_entry
 from datamodules.selection_rules import RoleFilter, StagePlan, check_selection, fold_splits, rule_for
@@ -107,7 +108,7 @@ class MemeDataModule(L.LightningDataModule):
             raise ValueError(f"fold={fold} is outside 0..{num_folds - 1} (num_folds={num_folds})")
         check_selection(selection)
         self.selection, self.inner_share = selection, inner_share
-        self.heads = {name: dict(spec) for name, spec in heads.items()}
+        self.heads = parse_heads(heads)
         self.source, self.fold, self.num_folds, self.fold_seed = source, fold, num_folds, fold_seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers, self.samples_per_shard = num_workers, samples_per_shard
@@ -228,11 +229,11 @@ class MemeDataModule(L.LightningDataModule):
 
     def _check_heads(self) -> None:
         available = self.manifest["heads"]
-        for name, spec in self.heads.items():
+        for name, head in self.heads.items():
             if name not in available:
                 raise ValueError(f"head {name!r} is not in the dataset {self.manifest['dataset']} (heads there: {sorted(available)})")
-            if available[name]["kind"] != spec["kind"]:
-                raise ValueError(f"head {name!r} is {available[name]['kind']} in the dataset, but the config says {spec['kind']}")
+            if (kind := Head.from_spec(name, available[name]).kind) != head.kind:
+                raise ValueError(f"head {name!r} is {kind} in the dataset, but the config says {head.kind}")
 
     def _shards(self, splits: list[str]) -> list[str]:
         return [str(self.dataset_dir / s["name"]) for s in self.manifest["shards"] if s["split"] in splits]

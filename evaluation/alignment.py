@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 from scipy.stats import ranksums
-from sklearn.metrics import roc_auc_score
 
+from evaluation.metrics import culture_auroc
 from evaluation.predictions import binary_scores, read_prediction_columns
 
 Matrix = dict[str, dict[str, float]]
@@ -33,23 +33,37 @@ def alignment_matrix(probs: dict[str, dict[str, float]], labels: dict[str, dict[
         for culture, truth in labels.items():
             ids = sorted(set(scores) & set(truth))
             y = np.array([truth[i] for i in ids])
-            matrix[head][culture] = float(roc_auc_score(y, [scores[i] for i in ids])) if len(set(y)) == 2 else float("nan")
+            matrix[head][culture] = culture_auroc(y.tolist(), [scores[i] for i in ids])
     return matrix
 
 
+def _with_head(matrices: list[Matrix], head: str) -> list[Matrix]:
+    return [m for m in matrices if head in m]
+
+
 def mean_alignment(matrices: list[Matrix]) -> Matrix:
-    """Cell-wise mean over runs (NaN cells ignored), heads and cultures of the first run."""
-    return {h: {c: float(np.nanmean([m[h][c] for m in matrices])) for c in matrices[0][h]} for h in matrices[0]}
+    """Cell-wise mean over the runs that have the head (NaN cells ignored): runs of one model per culture
+    (FT-US, FT-DE …) each contribute their own row."""
+    heads = list(dict.fromkeys(h for m in matrices for h in m))
+    mean = {}
+    for head in heads:
+        runs = _with_head(matrices, head)
+        mean[head] = {c: float(np.nanmean([m[head][c] for m in runs])) for c in runs[0][head]}
+    return mean
 
 
 def markers(matrices: list[Matrix], alpha: float = 0.05) -> dict[str, str]:
     """Per model head: `*` if its best culture beats the lowest over runs (one-sided rank-sum, p < alpha),
-    `**` if it also beats the second best; needs several runs (seeds or folds)."""
+    `**` if it also beats the second best; needs several runs (seeds or folds) with the head, else no mark."""
     if len(matrices) < 2:
         return {}
     result = {}
-    for head in matrices[0]:
-        values = {c: np.array([m[head][c] for m in matrices]) for c in matrices[0][head]}
+    for head in dict.fromkeys(h for m in matrices for h in m):
+        runs = _with_head(matrices, head)
+        if len(runs) < 2:
+            result[head] = ""
+            continue
+        values = {c: np.array([m[head][c] for m in runs]) for c in runs[0][head]}
         ranked = sorted(values, key=lambda c: -np.nanmean(values[c]))
         best, second, lowest = ranked[0], ranked[1], ranked[-1]
         p_low = ranksums(values[best], values[lowest], alternative="greater").pvalue

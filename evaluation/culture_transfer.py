@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import accuracy_score, roc_auc_score
+from sklearn.metrics import accuracy_score
 
+from evaluation.metrics import culture_auroc
 from evaluation.predictions import binary_scores
 from evaluation.summary import mean_std
 
@@ -41,7 +42,7 @@ def fold_scores(answers: list[Answers], labels: dict[str, int]) -> dict[str, flo
         accs.append(accuracy_score(truth, predicted))
         scored = [i for i in ids if answer.probability.get(i) is not None]
         y = [labels[i] for i in scored]
-        aurocs.append(roc_auc_score(y, [answer.probability[i] for i in scored]) if len(set(y)) == 2 else math.nan)
+        aurocs.append(culture_auroc(y, [answer.probability[i] for i in scored]))
     return {"acc": float(np.mean(accs)), "auroc": float(np.nanmean(aurocs)) if not all(map(math.isnan, aurocs)) else math.nan}
 
 

@@ -15,9 +15,11 @@ heads leaves it out; `HeadMetrics.undefined` says which heads and why, for a war
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+from sklearn.metrics import roc_auc_score
 from torchmetrics import Metric
 from torchmetrics.functional.classification import (
     binary_accuracy,
@@ -35,6 +37,12 @@ from torchmetrics.utilities import dim_zero_cat
 from datamodules.heads import Head, label_mask
 
 METRICS = ("auroc", "acc", "f1")
+
+
+def culture_auroc(labels: Sequence[int], scores: Sequence[float]) -> float:
+    """AUROC of one culture's 0/1 labels against scores, outside training (alignment cells, Table 11,
+    zero-shot prompts, ROC legends): scikit-learn's `roc_auc_score`, NaN where only one class is present."""
+    return float(roc_auc_score(labels, scores)) if len(set(labels)) == 2 else math.nan
 
 
 def auroc_undefined(target: torch.Tensor, head: Head) -> str | None:

@@ -10,7 +10,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from sklearn.metrics import roc_auc_score, roc_curve  # noqa: E402
+from sklearn.metrics import roc_curve  # noqa: E402
+
+from evaluation.metrics import culture_auroc  # noqa: E402
 
 
 def roc_figure(scores: dict[str, tuple[np.ndarray, np.ndarray]], path: Path, title: str) -> Path:
@@ -20,7 +22,7 @@ def roc_figure(scores: dict[str, tuple[np.ndarray, np.ndarray]], path: Path, tit
         if len(set(labels.tolist())) < 2:
             continue
         fpr, tpr, _ = roc_curve(labels, probs)
-        ax.plot(fpr, tpr, label=f"{head} (AUROC {roc_auc_score(labels, probs):.3f})")
+        ax.plot(fpr, tpr, label=f"{head} (AUROC {culture_auroc(labels.tolist(), probs):.3f})")
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
     ax.set(xlabel="false positive rate", ylabel="true positive rate", title=title)
     ax.legend(loc="lower right", fontsize=8)

@@ -22,7 +22,7 @@ from evaluation.metrics import head_scores
 from evaluation.task_metrics import performance_score, subset_rule_accuracy, toxictags_stages
 
 Rows = list[dict[str, Any]]
-Specs = dict[str, dict[str, Any]]
+Heads = dict[str, Head]
 
 
 @dataclass
@@ -42,36 +42,36 @@ def functionality_figure(run: str) -> str:
     return f"functionalities-{run.replace('/', '_')}.png"
 
 
-def _labels(records: Rows, head: str, spec: dict[str, Any]) -> torch.Tensor:
-    return Head.from_spec(head, spec).labels([r["labels"].get(head) for r in records])
+def _labels(records: Rows, head: Head) -> torch.Tensor:
+    return head.labels([r["labels"].get(head.name) for r in records])
 
 
-def _probs(rows: Rows, head: str, spec: dict[str, Any]) -> torch.Tensor:
-    key = f"{head}_probability" if spec["kind"] == "binary" else f"{head}_probabilities"
+def _probs(rows: Rows, head: Head) -> torch.Tensor:
+    key = f"{head.name}_probability" if head.is_binary else f"{head.name}_probabilities"
     return torch.tensor([r[key] for r in rows], dtype=torch.float32)
 
 
-def score_run(rows: Rows, records: Rows, heads_spec: Specs, data_heads: Specs, threshold: float) -> RunScores:
+def score_run(rows: Rows, records: Rows, model_heads: Heads, data_heads: Heads, threshold: float) -> RunScores:
     """Scores of one run's predictions `rows` on `records` (same order): heads the data labels, binary heads
     against every binary culture of the data, and the dataset sections."""
     scores = {}
-    for head, spec in heads_spec.items():
-        if head in data_heads:
-            scores[head] = head_scores(_probs(rows, head, spec), _labels(records, head, spec), Head.from_spec(head, spec))
-    binary_model = [h for h, s in heads_spec.items() if s["kind"] == "binary"]
-    binary_data = [h for h, s in data_heads.items() if s["kind"] == "binary"]
+    for name, head in model_heads.items():
+        if name in data_heads:
+            scores[name] = head_scores(_probs(rows, head), _labels(records, head), head)
+    binary_model = [h for h, head in model_heads.items() if head.is_binary]
+    binary_data = [h for h, head in data_heads.items() if head.is_binary]
     ids = [r["id"] for r in records]
-    probs = {h: dict(zip(ids, _probs(rows, h, heads_spec[h]).tolist())) for h in binary_model}
+    probs = {h: dict(zip(ids, _probs(rows, model_heads[h]).tolist())) for h in binary_model}
     labels = {h: {i: r["labels"][h] for i, r in zip(ids, records) if r["labels"].get(h) is not None} for h in binary_data}
     matrix = alignment_matrix(probs, labels) if probs and labels else {}
-    return RunScores(scores, matrix, probs, labels, dataset_sections(heads_spec, rows, records, data_heads, threshold))
+    return RunScores(scores, matrix, probs, labels, dataset_sections(model_heads, rows, records, data_heads, threshold))
 
 
-def dataset_sections(heads: Specs, rows: Rows, records: Rows, data_heads: Specs, threshold: float) -> dict[str, Any]:
+def dataset_sections(heads: Heads, rows: Rows, records: Rows, data_heads: Heads, threshold: float) -> dict[str, Any]:
     """The sections a dataset's memes call for: `mhc` (functional tests), `toxictags`, `memebridge`."""
     extra: dict[str, Any] = {}
     if records and "functionality" in records[0].get("meta", {}):
-        head = "hateful" if "hateful" in heads else next(h for h, s in heads.items() if s["kind"] == "binary")
+        head = "hateful" if "hateful" in heads else next(h for h, head in heads.items() if head.is_binary)
         extra["mhc"] = functional_report(
             {
                 "lang": r["lang"],
@@ -84,19 +84,19 @@ def dataset_sections(heads: Specs, rows: Rows, records: Rows, data_heads: Specs,
         )
     if {"toxic", "toxic_type"} <= set(heads) & set(data_heads):
         extra["toxictags"] = toxictags_stages(
-            _labels(records, "toxic", heads["toxic"]).numpy(),
-            _probs(rows, "toxic", heads["toxic"]).numpy(),
-            _labels(records, "toxic_type", heads["toxic_type"]).numpy(),
-            _probs(rows, "toxic_type", heads["toxic_type"]).numpy(),
+            _labels(records, heads["toxic"]).numpy(),
+            _probs(rows, heads["toxic"]).numpy(),
+            _labels(records, heads["toxic_type"]).numpy(),
+            _probs(rows, heads["toxic_type"]).numpy(),
             threshold,
         )
     if {"sentiment", "emotion"} <= set(heads) & set(data_heads):
-        sentiment = _labels(records, "sentiment", heads["sentiment"]).numpy()
+        sentiment = _labels(records, heads["sentiment"]).numpy()
         known = sentiment >= 0
-        acc_sent = float(np.mean(_probs(rows, "sentiment", heads["sentiment"]).numpy().argmax(1)[known] == sentiment[known]))
-        emotion = _labels(records, "emotion", heads["emotion"]).numpy()
+        acc_sent = float(np.mean(_probs(rows, heads["sentiment"]).numpy().argmax(1)[known] == sentiment[known]))
+        emotion = _labels(records, heads["emotion"]).numpy()
         labelled = emotion[:, 0] >= 0
-        acc_emo = subset_rule_accuracy(emotion[labelled], _probs(rows, "emotion", heads["emotion"]).numpy()[labelled] >= threshold)
+        acc_emo = subset_rule_accuracy(emotion[labelled], _probs(rows, heads["emotion"]).numpy()[labelled] >= threshold)
         extra["memebridge"] = {"acc_sent": acc_sent, "acc_emo_subset": acc_emo, **performance_score(acc_sent, acc_emo)}
     return extra
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import ranksums
-from sklearn.metrics import roc_auc_score
+
+from evaluation.metrics import culture_auroc
 
 CULTURES: tuple[str, ...] = ("US", "DE", "MX", "IN", "CN")
 LANGUAGES: tuple[str, ...] = ("en", "de", "es", "hi", "zh")
@@ -233,5 +234,5 @@ def auroc_table(rows: list[dict[str, Any]], cultures: list[str]) -> dict[str, di
                 (r["labels"].get(culture), r["p_hate"]) for r in rows if r["prompt"] == prompt and r["labels"].get(culture) is not None
             ]
             labels = [y for y, _ in pairs]
-            table[str(prompt)][culture] = float(roc_auc_score(labels, [p for _, p in pairs])) if len(set(labels)) == 2 else math.nan
+            table[str(prompt)][culture] = culture_auroc(labels, [p for _, p in pairs])
     return table

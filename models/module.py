@@ -85,12 +85,6 @@ class MemeClassifier(L.LightningModule):
         self.record_predictions = False
         self.register_load_state_dict_pre_hook(rename_head_keys)
 
-    @property
-    def heads_spec(self) -> dict[str, dict[str, Any]]:
-        """The heads as the config declares them (plain dicts). Read only by training/predicting.py,
-        training/evaluating.py and training/callbacks/functional_tests.py until they use `heads`."""
-        return self.hparams.heads
-
     @classmethod
     def load_from_checkpoint(
         cls, checkpoint_path: str | Path, map_location: Any = None, strict: bool | None = None, **kwargs: Any

@@ -12,6 +12,7 @@ PACKAGES = (
     "models",
     "models/backbones",
     "models/vlm",
+    "models/tiny",
     "evaluation",
     "training",
     "training/callbacks",

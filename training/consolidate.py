@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from models.module import rename_head_keys
 from models.sharding import gathered
 
 WRAPPER_PREFIX = "_forward_module."
@@ -66,6 +67,8 @@ def restore_weights(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
     Every parameter in `state` must exist in the module and match its shape; parameters the state
     does not name (the frozen base of an `exclude_frozen_parameters` checkpoint) keep their values.
     """
+    state = dict(state)
+    rename_head_keys(module, state, "")  # files written before the head layers' rename
     params = dict(module.named_parameters())
     unknown = sorted(set(state) - set(params))
     if unknown:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from datamodules.heads import Head
 from evaluation.alignment import markers, mean_alignment
 from evaluation.functional import functionality_bars
 from evaluation.plots import alignment_heatmap, roc_figure
@@ -37,7 +38,7 @@ def load_models(ckpt: Path) -> list[tuple[str, Any]]:
 def evaluate(
     models: list[tuple[str, Any]],
     scored: Mapping[str, ScoredSplit],
-    data_heads: dict[str, dict[str, Any]],
+    data_heads: dict[str, Head],
     out: Path,
     batch_size: int,
     threshold: float,
@@ -56,7 +57,7 @@ def evaluate(
         records = scored[name].records
         rows = predict(model, records, batch_size, threshold)
         write_predictions(rows, out / "predictions" / f"{name.replace('/', '_')}.csv")
-        scores = score_run(rows, records, model.heads_spec, data_heads, threshold)
+        scores = score_run(rows, records, model.heads, data_heads, threshold)
         matrices.append(scores.alignment)
         report["runs"][name] = {
             "split": scored[name].describe(),

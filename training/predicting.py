@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from datamodules.batches import SamplesToBatch
-from datamodules.heads import Head
 from datamodules.predict_inputs import InputError, Inputs, read_inputs
 
 __all__ = ["InputError", "Inputs", "predict", "read_inputs", "write_predictions"]
@@ -33,9 +32,9 @@ def predict(model: Any, records: list[dict[str, Any]], batch_size: int, threshol
         logits = model(batch)
         for i, record in enumerate(chunk):
             row: dict[str, Any] = {"id": record["id"]}
-            for head, spec in model.heads_spec.items():
-                prob = Head.from_spec(head, spec).probabilities(logits[head][i : i + 1].float())[0]
-                if spec["kind"] == "binary":
+            for head, spec in model.heads.items():
+                prob = spec.probabilities(logits[head][i : i + 1].float())[0]
+                if spec.is_binary:
                     row[f"{head}_probability"] = float(prob)
                     row[f"{head}_decision"] = int(float(prob) >= threshold)
                 else:

@@ -48,3 +48,22 @@ def test_table_marks_the_best_culture_of_each_row_and_skips_undefined_cells():
         "| US | 0.812* | nan | 0.600 |",
         "| DE | 0.500 | 0.700† | 0.700 |",
     ]
+
+
+def test_culture_auroc_by_hand() -> None:
+    from evaluation.metrics import culture_auroc
+
+    # pairs (positive, negative) ranked correctly: (0.35>0.1), (0.8>0.1), (0.8>0.4); wrong: (0.35<0.4) → 3/4
+    assert culture_auroc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == 0.75
+    assert culture_auroc([0, 1], [0.5, 0.5]) == 0.5  # a tie counts half
+    assert math.isnan(culture_auroc([1, 1, 1], [0.2, 0.3, 0.9]))
+
+
+def test_mean_alignment_of_one_model_per_culture_keeps_each_row() -> None:
+    from evaluation.alignment import markers, mean_alignment
+
+    us = {"US": {"US": 0.8, "DE": 0.6}}
+    de = [{"DE": {"US": 0.5, "DE": 0.9}}, {"DE": {"US": 0.7, "DE": float("nan")}}]
+    mean = mean_alignment([us, *de])
+    assert mean == {"US": {"US": 0.8, "DE": 0.6}, "DE": {"US": 0.6, "DE": 0.9}}
+    assert markers([us, *de])["US"] == ""  # one run: no test

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from datamodules.heads import parse_heads
 from evaluation.functional import functional_report
 from evaluation.run_report import functionality_figure, score_run, split_lines, summary_markdown
 
@@ -26,7 +27,7 @@ def _records(meta: bool = False) -> list[dict]:
 
 def test_scores_alignment_and_roc_inputs_of_a_run():
     rows = [{"US_probability": p} for p in P_US]
-    scores = score_run(rows, _records(), {"US": BINARY}, {"US": BINARY, "DE": BINARY}, threshold=0.5)
+    scores = score_run(rows, _records(), parse_heads({"US": BINARY}), parse_heads({"US": BINARY, "DE": BINARY}), threshold=0.5)
     assert scores.metrics["US"]["auroc"] == pytest.approx(roc_auc_score(US, P_US))
     assert set(scores.metrics) == {"US"}  # the data's DE head is not one of the model's
     labelled = [k for k, v in enumerate(DE) if v is not None]
@@ -38,7 +39,7 @@ def test_scores_alignment_and_roc_inputs_of_a_run():
 def test_memes_with_functional_test_metadata_get_the_mhc_section():
     rows = [{"hateful_probability": p} for p in P_US]
     records = _records(meta=True)
-    scores = score_run(rows, records, {"hateful": BINARY}, {"hateful": BINARY}, threshold=0.5)
+    scores = score_run(rows, records, parse_heads({"hateful": BINARY}), parse_heads({"hateful": BINARY}), threshold=0.5)
     decisions = [int(p >= 0.5) for p in P_US]  # 1 0 0 1 1 0 against 1 0 1 0 1 0
     expected = functional_report(
         {"lang": r["lang"], "label": r["labels"]["hateful"], "prediction": d, "meta": r["meta"]} for r, d in zip(records, decisions)

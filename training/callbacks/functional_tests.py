@@ -25,7 +25,7 @@ class FunctionalTestsCallback(L.Callback):
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         datamodule = trainer.datamodule
-        if self.head not in getattr(module, "heads_spec", {}) or datamodule is None or not datamodule.manifest:
+        if self.head not in getattr(module, "heads", {}) or datamodule is None or not datamodule.manifest:
             return
         names = [s["name"] for s in datamodule.manifest["shards"]]
         self.cases = {
