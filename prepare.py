@@ -20,16 +20,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 import training.resolvers  # noqa: F401  (paths use ${project_root:})
-from datamodules.folds import ensure_folds
-from datamodules.shards import MANIFEST, conversion_summary, fingerprint, read_manifest, verify_shards, write_shards
-from evaluation.dataset_report import annotation_analysis, write_annotation_report
+from datamodules.folds import find_folds
+from datamodules.shards import MANIFEST, conversion_summary
+from evaluation.dataset_report import write_annotation_report
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -49,41 +48,23 @@ def compose_data(name: str, overrides: list[str]) -> DictConfig:
 
 
 def prepare(data: DictConfig, out: str | None = None, force: bool = False, folds: int | None = None) -> tuple[Path, dict[str, Any]]:
-    """Convert (unless done) under the same lock the datamodule takes; return the shard dir and manifest."""
-    source = instantiate(data.source)
-    root = Path(out or data.shard_root)
-    directory = root / f"{source.name}-{fingerprint(source.params())}"
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(directory) + ".lock"):
-        converted = not (directory / MANIFEST).is_file() or force
-        if not converted:
-            print(f"{directory} is already converted (use --force to convert again); verifying checksums …", flush=True)
-            verify_shards(directory)
-        else:
-            print(f"Converting {source.name} from {source.raw_dir} to {directory} …", flush=True)
-            summary = source.summary()
-            report = annotation_analysis(source)  # Multi3Hate: the study's annotation statistics, compact in the manifest
-            if report is not None:
-                summary = {**report.summary, **summary}
-            write_shards(
-                source,
-                directory,
-                dataset=source.name,
-                heads=source.heads,
-                params=source.params(),
-                maxcount=int(data.samples_per_shard),
-                allow_skip=source.on_error == "skip",
-                extra={"source_summary": summary} if summary else {},
-                progress_every=1000,
-            )
-        if converted or not (directory / "dataset_report.md").is_file():
-            for path in write_annotation_report(source, directory):
-                print(f"annotation report: {path}", flush=True)
-        if folds:
-            splits = sorted(set(data.train_splits))  # folds divide the training splits, as MemeDataModule.fold_splits
-            entry = ensure_folds(directory, folds, int(data.fold_seed), splits)
-            print(f"folds: {folds} (seed {data.fold_seed}) over {splits}: samples per fold {entry['samples_per_fold']}")
-    return directory, read_manifest(directory)
+    """Convert (unless done) through the datamodule's own conversion, the path `train.py` takes; write the
+    annotation report beside the shards; return the shard dir and manifest."""
+    datamodule = instantiate(data, shard_root=str(out or data.shard_root), fold=None)
+    directory = datamodule.dataset_dir
+    existed = not force and (directory / MANIFEST).is_file()
+    if existed:
+        print(f"{directory} is already converted (use --force to convert again); verifying checksums …", flush=True)
+    manifest = datamodule.convert(force=force, folds=folds)  # prints the conversion summary when it converts
+    if existed:
+        print(conversion_summary(manifest))
+    if folds:
+        entry = find_folds(manifest, folds, int(data.fold_seed), datamodule.fold_splits)
+        print(f"folds: {folds} (seed {data.fold_seed}) over {entry['splits']}: samples per fold {entry['samples_per_fold']}")
+    if not (directory / "dataset_report.md").is_file() or force:
+        for path in write_annotation_report(datamodule.source, directory):
+            print(f"annotation report: {path}", flush=True)
+    return directory, manifest
 
 
 def _quoted(value: str) -> str:
@@ -112,7 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(conversion_summary(manifest))
     if (directory / "dataset_report.md").is_file():
         print(f"annotation report (also in the manifest's source_summary): {directory / 'dataset_report.md'}")
     elif manifest.get("source_summary"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,6 +89,7 @@ class MemeDataModule(L.LightningDataModule):
         on_error: str = "raise",
         selection: str = "inner",
         inner_share: float = 0.15,
+        describe: Callable[[Source], dict[str, Any] | None] | None = None,
     ) -> None:
         """`raw_dir` and `on_error` are config handles (`data.raw_dir=…`, `data.on_error=skip`) that data
         configs pass on to their source; skipping bad inputs is allowed when `allow_skip`, `on_error`
@@ -95,7 +97,9 @@ class MemeDataModule(L.LightningDataModule):
         sharded (ZeRO-3) and there are several
         ranks) keeps evaluation batches in lockstep across ranks (datamodules/even_batches.py).
         `selection` and `inner_share` (`cv.selection`, `cv.inner_share`) say how a fold run's weights
-        are chosen without its held-out fold (datamodules/selection_rules.py).
+        are chosen without its held-out fold (datamodules/selection_rules.py). `describe(source)` adds
+        facts about the raw data to the manifest's summary when shards are converted (configs wire it, e.g.
+        Multi3Hate's annotation statistics from evaluation; data code imports nothing above it).
         """
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -115,7 +119,7 @@ class MemeDataModule(L.LightningDataModule):
         self.train_splits, self.val_splits, self.test_splits = list(train_splits), list(val_splits), list(test_splits)
         self.shuffle_buffer, self.epoch_samples, self.seed = shuffle_buffer, epoch_samples, seed
         self.allow_skip = allow_skip or "skip" in (on_error, getattr(source, "on_error", "raise"))
-        self.verify, self.raw_dir = verify, raw_dir
+        self.verify, self.raw_dir, self.describe = verify, raw_dir, describe
         if even_eval_batches not in (True, False, "auto"):
             raise ValueError(f"even_eval_batches must be true, false or auto, got {even_eval_batches!r}")
         self.even_eval_batches = even_eval_batches
@@ -132,17 +136,23 @@ class MemeDataModule(L.LightningDataModule):
 
     # ---------------------------------------------------------------- preparation
     def prepare_data(self) -> None:
-        """Convert the source to shards if they are missing; add the fold assignment if new.
+        """Convert the source to shards if they are missing; add the fold assignment if new (`convert`)."""
+        self.convert()
 
-        Runs on one process per node under Lightning; the file lock also covers every rank of a
-        SLURM job calling it at once (the first converts, the others wait and reuse).
+    def convert(self, force: bool = False, folds: int | None = None) -> dict[str, Any]:
+        """The one conversion path: `train.py` (through `prepare_data`) and `prepare.py` both come here.
+
+        Converts unless the manifest is there (then verifies checksums if `verify`), and stores the fold
+        assignment of a fold run (or `folds` folds, for `prepare.py --folds`). Runs on one process per node
+        under Lightning; the file lock also covers every rank of a SLURM job, and a login-node `prepare.py`,
+        calling it at once (the first converts, the others wait and reuse). Returns the manifest.
         """
         self.dataset_dir.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.dataset_dir) + ".lock"):
-            if not (self.dataset_dir / "manifest.json").is_file():
+            if force or not (self.dataset_dir / "manifest.json").is_file():
                 if self.source is None:
                     raise FileNotFoundError(f"no manifest.json in shard_dir {self.dataset_dir}; prepare the shards first")
-                print(f"Converting {self.source.name} to shards in {self.dataset_dir} …", flush=True)
+                print(f"Converting {self.source.name} from {self.raw_dir or 'its source'} to {self.dataset_dir} …", flush=True)
                 manifest = write_shards(
                     self.source,
                     self.dataset_dir,
@@ -152,19 +162,27 @@ class MemeDataModule(L.LightningDataModule):
                     maxcount=self.samples_per_shard,
                     allow_skip=self.allow_skip,
                     extra=self._source_summary(),
-                    progress_every=2000,
+                    progress_every=1000,
                 )
                 print(conversion_summary(manifest), flush=True)
             elif self.verify:
                 verify_shards(self.dataset_dir)
+            if folds:
+                ensure_folds(self.dataset_dir, folds, self.fold_seed, self.fold_splits)
             if self.fold is not None:
                 entry = ensure_folds(self.dataset_dir, self.num_folds, self.fold_seed, self.fold_splits)
                 if rule_for(self.fold, self.selection, read_manifest(self.dataset_dir), self.val_splits) == "inner":
                     ensure_inner_validation(self.dataset_dir, entry, self.fold, self.inner_share)
+            return read_manifest(self.dataset_dir)
 
     def _source_summary(self) -> dict[str, Any]:
+        """Facts about the raw data for the manifest: the source's own, and what the config's `describe` adds
+        (e.g. Multi3Hate's annotation statistics, computed in evaluation)."""
         summary = getattr(self.source, "summary", None)
-        return {"source_summary": summary()} if callable(summary) else {}
+        own = summary() if callable(summary) else {}
+        extra = self.describe(self.source) if self.describe is not None else None
+        merged = {**(extra or {}), **own}
+        return {"source_summary": merged} if merged else {}
 
     @property
     def fold_splits(self) -> list[str]:

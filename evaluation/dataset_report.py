@@ -148,6 +148,13 @@ def annotation_analysis(source: Any) -> AnnotationReport | None:
     return annotation_report(source.final_labels, source.raw_votes["by_culture"], source.cultures)
 
 
+def manifest_summary(source: Any) -> dict[str, Any] | None:
+    """The annotation analysis's compact numbers for the manifest's summary (data configs wire this as the
+    datamodule's `describe`, so `train.py` and `prepare.py` write the same manifest)."""
+    report = annotation_analysis(source)
+    return None if report is None else report.summary
+
+
 def write_annotation_report(source: Any, directory: Path) -> list[Path]:
     """`dataset_report.{json,md}` + histogram for a source with per-annotator votes (Multi3Hate); [] otherwise."""
     report = annotation_analysis(source)
