@@ -7,7 +7,7 @@ Results land in `<run dir>/zeroshot/` (`answers.csv`, `summary.json`, `summary.m
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-import training.resolvers  # noqa: F401  (registers ${run_id:}, ${tiny_qwen_vl:} …)
+import training.resolvers  # noqa: F401  (registers ${run_id:}, ${tiny_vlm:} …)
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

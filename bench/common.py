@@ -24,6 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/<name>.py` puts bench/ first on the path, not the checkout
     sys.path.insert(0, str(ROOT))
 
+from training.console import configure_console  # noqa: E402  (after the path fix above)
+
+configure_console()  # benchmarks print what crossmod's own jobs print: no advertisements, records once
+
 STARTED = time.time()  # wall time of a benchmark counts from its import (model building included)
 RESULTS_DIR = ROOT / "bench" / "results"
 SMOKE_DIR = RESULTS_DIR / "smoke"

@@ -69,8 +69,9 @@ class MemeClassifier(L.LightningModule):
         param_groups: dict[str, dict[str, Any]] | None = None,
         name_or_path: str | None = None,
         prompt: dict[str, Any] | None = None,
+        family: str | dict[str, Any] | None = None,
     ) -> None:
-        """`name_or_path` and `prompt` are family-level settings (the VLM's checkpoint and prompt) that the
+        """`name_or_path`, `prompt` and `family` are family-level settings (the VLM's checkpoint, prompt, family row) that the
         fusion and the preprocessor share through interpolation; they are kept with the hyperparameters."""
         super().__init__()
         # logger=False: loggers get the whole run config, secrets redacted (training/pipeline.py), not these

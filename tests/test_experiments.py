@@ -57,9 +57,9 @@ def tiny_clip(data_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_qwen(data_dir: Path) -> str:
-    from training.resolvers import tiny_qwen_vl
+    from training.resolvers import tiny_vlm
 
-    return tiny_qwen_vl(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
+    return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
 
 
 @pytest.mark.parametrize("experiment", experiment_names())

@@ -28,6 +28,10 @@ HARMLESS_WARNINGS = (
         r"`isinstance\(treespec, LeafSpec\)` is deprecated",
         "a deprecation inside Lightning's own code (utilities/_pytree.py), nothing crossmod calls",
     ),
+    (
+        r"`is_gradient_checkpointing` is deprecated",
+        "PEFT (peft_model.py) reads Transformers' former property name; crossmod uses the current one",
+    ),
 )
 
 

@@ -83,15 +83,15 @@ def tiny_clip_model(out_dir: str) -> str:
     return str(build_tiny_clip(out_dir, caption_corpus()))
 
 
-def tiny_qwen_vl(out_dir: str, version: str = "qwen2_vl") -> str:
-    """Path of a tiny random Qwen2-VL (or Qwen2.5-VL) folder whose tokenizer knows the captions and prompts."""
+def tiny_vlm(out_dir: str, kind: str = "qwen2_vl") -> str:
+    """Path of a tiny random VLM folder (`kind`: a model_type of models/tiny/vlm.py) whose tokenizer knows the captions and prompts."""
     from datamodules.synthetic import caption_corpus
-    from models.tiny.qwen_vl import build_tiny_qwen_vl
+    from models.tiny.vlm import build_tiny_vlm
     from models.vlm.prompts import PromptSpec, prompt_corpus
 
     model_cfg = OmegaConf.load(Path(project_root()) / "configs" / "model" / "vlm.yaml")
     spec = PromptSpec(**OmegaConf.to_container(model_cfg.prompt))
-    return str(build_tiny_qwen_vl(out_dir, caption_corpus() + prompt_corpus(spec), version=version))
+    return str(build_tiny_vlm(out_dir, caption_corpus() + prompt_corpus(spec), kind))
 
 
 def is_bf16(precision: str) -> bool:
@@ -107,7 +107,7 @@ def register() -> None:
         "fold_job_type": fold_job_type,
         "tiny_text_encoder": tiny_text_encoder,
         "tiny_clip_model": tiny_clip_model,
-        "tiny_qwen_vl": tiny_qwen_vl,
+        "tiny_vlm": tiny_vlm,
         "project_root": project_root,
         "manifest_heads": manifest_heads,
         "is_bf16": is_bf16,

@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from transformers import AutoModel
 
+from models.activation_checkpointing import enable_activation_checkpointing
+
 
 class HFTextEncoder(nn.Module):
     """Any local folder or hub id loadable with `AutoModel`; CLS or mean pooling."""
@@ -27,7 +29,7 @@ class HFTextEncoder(nn.Module):
         self.pooling = pooling
         self.output_dim = int(self.model.config.hidden_size)
         if gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+            enable_activation_checkpointing(self.model)
         if freeze:
             self.model.requires_grad_(False)
 

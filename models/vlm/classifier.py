@@ -1,10 +1,11 @@
-"""Qwen2-VL / Qwen2.5-VL with PEFT LoRA as a meme classifier: culture heads or a verbalizer.
+"""Any image-text-to-text VLM with PEFT LoRA as a meme classifier: culture heads or a verbalizer.
 
 `head`: the last real token's final hidden state feeds the shared heads (one output per culture).
 `verbalizer`: the language-model logits of the two answer options at that position give
 log P(hate option) − log P(other option) for every head, so AUROC is defined and a base model scores
 memes zero-shot. Only LoRA weights (and heads) train; the base stays frozen and loadable from its
-own folder, so adapters and heads are saved and shipped on their own.
+own folder, so adapters and heads are saved and shipped on their own. What differs between families
+(module names behind the LoRA presets, position ids) comes from `models.vlm.families`.
 """
 
 from __future__ import annotations
@@ -19,16 +20,13 @@ from torch import nn
 from transformers import AutoModelForImageTextToText
 
 from datamodules.heads import HeadSpecs, parse_heads
+from models.activation_checkpointing import enable_activation_checkpointing
+from models.vlm.families import family_for
 
 log = logging.getLogger(__name__)
 
-# LoRA target presets (regexes over module names; the vision tower's layers are called qkv/proj/fc1/fc2).
-LANGUAGE_MODEL = r"^(?!.*visual).*"
-TARGET_PRESETS = {
-    "qv": LANGUAGE_MODEL + r"\.(q_proj|v_proj)$",  # the study's choice
-    "all_linear": LANGUAGE_MODEL + r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)$",
-}
-VISION_TARGETS = r".*visual.*\.(qkv|proj|fc1|fc2|gate_proj|up_proj|down_proj)$"
+# Batch entries that are not model inputs; every other tensor the family's processor returned is passed on.
+NOT_MODEL_INPUTS = frozenset({"ids", "labels", "option_ids"})
 
 
 def resolve_attn_implementation(requested: str) -> str:
@@ -64,6 +62,12 @@ def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long() * positions).argmax(dim=1)
 
 
+def model_inputs(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The processor's tensors. No position ids: rotary positions are relative, so left padding's shift of
+    every real token leaves attention unchanged (tested against right padding and against each meme alone)."""
+    return {k: v for k, v in batch.items() if k not in NOT_MODEL_INPUTS and isinstance(v, torch.Tensor)}
+
+
 class VLMClassifier(nn.Module):
     def __init__(
         self,
@@ -77,7 +81,9 @@ class VLMClassifier(nn.Module):
         gradient_checkpointing: bool = False,
         dtype: str = "auto",
         attn_implementation: str = "auto",
+        family: str | dict[str, Any] | None = "auto",
     ) -> None:
+        """`family`: `auto` (by the checkpoint's model_type), a family name, or a family row's fields."""
         super().__init__()
         if mode not in ("head", "verbalizer"):
             raise ValueError(f"vlm mode must be 'head' or 'verbalizer', got {mode!r}")
@@ -85,22 +91,21 @@ class VLMClassifier(nn.Module):
         if mode == "verbalizer" and not all(head.is_binary for head in typed.values()):
             raise ValueError("the verbalizer scores a hate/non-hate choice: every head must be binary")
         self.mode, self.head_names = mode, list(typed)
+        self.family = family_for(name_or_path, family)
         model = AutoModelForImageTextToText.from_pretrained(
             name_or_path, dtype=resolve_dtype(dtype), attn_implementation=resolve_attn_implementation(attn_implementation)
         )
         model.requires_grad_(False)
         if not freeze_vision:
-            _vision(model).requires_grad_(True)
+            for name, parameter in model.named_parameters():
+                parameter.requires_grad_(self.family.is_vision(name))
         if gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model, {"use_reentrant": False})
             model.enable_input_require_grads()
         if lora:
             from peft import LoraConfig, get_peft_model
 
-            pattern = TARGET_PRESETS.get(target_modules, target_modules)
-            if vision_lora:
-                pattern = f"(?:{pattern})|(?:{VISION_TARGETS})"
-            config = LoraConfig(target_modules=pattern, bias="none", **lora)
+            config = LoraConfig(target_modules=self.family.targets(target_modules, vision_lora), bias="none", **lora)
             model = get_peft_model(model, config)
             _initialise_partitioned_lora(model, config.init_lora_weights)
         self.model = model
@@ -111,8 +116,7 @@ class VLMClassifier(nn.Module):
         return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
 
     def last_hidden(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids") if k in batch}
-        hidden = self._base().model(**inputs).last_hidden_state  # no LM head over every position
+        hidden = self._base().model(**model_inputs(batch)).last_hidden_state  # no LM head over every position
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         return hidden[rows, last_token_index(batch["attention_mask"])]
 
@@ -177,8 +181,3 @@ def _initialise_partitioned_lora(model: nn.Module, init_lora_weights: Any) -> No
         for layer in layers:
             for adapter in layer.lora_A:
                 layer.reset_lora_parameters(adapter, init_lora_weights)
-
-
-def _vision(model: nn.Module) -> nn.Module:
-    inner = getattr(model, "model", model)
-    return getattr(inner, "visual", None) or model.visual

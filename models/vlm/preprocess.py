@@ -1,5 +1,10 @@
 """Preprocessor of the VLM family: chat prompt per meme (in workers), one processor call per batch.
 
+Any image-text-to-text family: its own processor renders the chat template and returns the tensors its
+model takes; the family row (`models.vlm.families`) says which placeholder marks an image in the
+rendered chat and what precedes an answer letter. The template writes the special tokens the model
+expects (BOS included), so the processor is told not to add them again.
+
 Images are resized to the study's square size (512×512 by default) and bounded by min/max pixels in
 the processor; a meme without an image gets a placeholder when the prompt shows images, so every
 rank runs the vision tower on every step. Batches are left-padded (generation needs it; the head and
@@ -17,6 +22,7 @@ from transformers import AutoProcessor
 
 from datamodules.heads import HeadSpecs, parse_heads
 from models.preprocess import label_tensors
+from models.vlm.families import family_for
 from models.vlm.prompts import PromptSpec
 
 
@@ -29,32 +35,40 @@ class VLMPreprocessor:
         image_size: int | None = 512,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
+        family: str | dict[str, Any] | None = "auto",
+        padding_side: str = "left",
     ) -> None:
+        """`padding_side`: left (what batched generation needs); the head and verbalizer read either."""
         self.heads = parse_heads(heads)
+        self.source, self.family = processor, family_for(processor, family)
         self.processor = AutoProcessor.from_pretrained(processor)
-        self.processor.tokenizer.padding_side = "left"
-        image_processor = self.processor.image_processor
+        self.processor.tokenizer.padding_side = padding_side
         if min_pixels is not None or max_pixels is not None:
-            size = dict(getattr(image_processor, "size", None) or {})
-            if min_pixels is not None:
-                image_processor.min_pixels, size["shortest_edge"] = min_pixels, min_pixels
-            if max_pixels is not None:
-                image_processor.max_pixels, size["longest_edge"] = max_pixels, max_pixels
+            if not self.family.pixel_bounds:
+                raise ValueError(
+                    f"min_pixels/max_pixels bound the pixel count of dynamic-resolution processors (Qwen-VL); {self.family.name} "
+                    "resizes to its own fixed size: leave them null (model.preprocessor.image_size sets the meme's size)"
+                )
+            image_processor = self.processor.image_processor
+            size = dict(image_processor.size)
+            size.update({k: v for k, v in (("shortest_edge", min_pixels), ("longest_edge", max_pixels)) if v is not None})
             image_processor.size = size
         self.prompt = PromptSpec(**prompt)
         self.image_size = image_size
         self._option_ids: dict[str, tuple[int, int]] = {}
+        self._template_checked = False
 
     def option_ids(self, lang: str) -> tuple[int, int]:
-        """Token ids of (hate option, non-hate option) for this language's letters; each must be one token."""
+        """Token ids of (hate option, non-hate option) as the model's first answer token; each must be one token."""
         if lang not in self._option_ids:
             options = self.prompt.options(lang)
             ids = []
             for letter in (options.hate, options.non_hate):
-                tokens = self.processor.tokenizer.encode(letter, add_special_tokens=False)
+                answer = self.family.answer_prefix + letter
+                tokens = self.processor.tokenizer.encode(answer, add_special_tokens=False)
                 if len(tokens) != 1:
                     raise ValueError(
-                        f"answer option {letter!r} ({lang}) is {len(tokens)} tokens for this tokenizer; the verbalizer needs one"
+                        f"answer option {answer!r} ({lang}) is {len(tokens)} tokens for this tokenizer; the verbalizer needs one"
                     )
                 ids.append(tokens[0])
             self._option_ids[lang] = (ids[0], ids[1])
@@ -76,11 +90,20 @@ class VLMPreprocessor:
         messages = self.prompt.message(sample["text"], lang)
         chat = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         image = self._image(sample) if self.prompt.input != "caption" else None
+        if image is not None and not self._template_checked:
+            if self.family.image_placeholder not in chat:
+                raise ValueError(
+                    f"the chat template of {self.source!r} ({self.family.name}) wrote no image placeholder "
+                    f"{self.family.image_placeholder!r}: the image would not reach the model. Rendered: {chat[:300]!r}"
+                )
+            self._template_checked = True
         return {"id": sample["id"], "labels": sample["labels"], "chat": chat, "image": image, "options": self.option_ids(lang)}
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
-        images = [f["image"] for f in features] if features[0]["image"] is not None else None
-        inputs = self.processor(text=[f["chat"] for f in features], images=images, padding=True, return_tensors="pt")
+        images = [[f["image"]] for f in features] if features[0]["image"] is not None else None  # one image per chat
+        inputs = self.processor(
+            text=[f["chat"] for f in features], images=images, padding=True, add_special_tokens=False, return_tensors="pt"
+        )
         batch: dict[str, Any] = {"ids": [f["id"] for f in features], **inputs}
         batch["option_ids"] = torch.tensor([f["options"] for f in features], dtype=torch.long)
         batch["labels"] = label_tensors(features, self.heads)

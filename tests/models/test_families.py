@@ -189,7 +189,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny, tmp_path):
         model.eval()  # no dropout: the two runs must match exactly
         loss_of(model, batch).backward()
         grads.append(next(p.grad for n, p in model.named_parameters() if "encoder.layer.0" in n))
-    assert model.backbone.text.model.is_gradient_checkpointing
+    assert model.backbone.text.model.is_activation_checkpointing
     torch.testing.assert_close(grads[0], grads[1])
 
 

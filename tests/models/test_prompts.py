@@ -222,9 +222,9 @@ def test_the_tiny_tokenizer_corpus_holds_every_prompt_text():
 def test_native_prompt_through_the_chat_template_and_verbalizer(tmp_path):
     """A Hindi meme under native prompt 3: the chat holds the Hindi texts, the verbalizer scores ख (Hate) against क."""
     from tests.models.test_vlm import build
-    from training.resolvers import tiny_qwen_vl
+    from training.resolvers import tiny_vlm
 
-    tiny = tiny_qwen_vl(str(tmp_path / "tiny"), "qwen2_vl")
+    tiny = tiny_vlm(str(tmp_path / "tiny"), "qwen2_vl")
     model = build(tmp_path, f"model.name_or_path={tiny}", "model.prompt.native=true", "model.prompt.index=3", "model.fusion.lora=null")
     features = model.preprocessor({"id": "x", "text": CAPTION, "image": None, "labels": {}, "lang": "hi"})
     part1, part2 = expected(NATIVE["hi"], NATIVE["hi"].questions[1], 3, with_caption=False)

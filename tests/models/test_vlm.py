@@ -15,7 +15,7 @@ from datamodules.synthetic import SyntheticMemeSource
 from models.module import MemeClassifier
 from models.vlm.classifier import last_token_index, resolve_attn_implementation
 from tests.conftest import ROOT
-from training.resolvers import tiny_qwen_vl
+from training.resolvers import tiny_vlm
 
 VERSIONS = ("qwen2_vl", "qwen2_5_vl")
 
@@ -23,7 +23,7 @@ VERSIONS = ("qwen2_vl", "qwen2_5_vl")
 @pytest.fixture(scope="module")
 def tiny_vlms(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("vlm")
-    return {version: tiny_qwen_vl(str(root / version), version) for version in VERSIONS}
+    return {version: tiny_vlm(str(root / version), version) for version in VERSIONS}
 
 
 def build(tmp_path: Path, *overrides: str) -> MemeClassifier:
@@ -189,7 +189,7 @@ def test_gradient_checkpointing_and_pixel_bounds(tiny_vlms, tmp_path):
         "model.preprocessor.max_pixels=3136",
         "model.preprocessor.min_pixels=3136",
     )
-    assert model.backbone._base().is_gradient_checkpointing
+    assert model.backbone._base().is_activation_checkpointing
     batch = batch_of(model, size=2)
     assert batch["image_grid_thw"].tolist() == [[1, 4, 4]] * 2  # 112×112 bounded to 56×56 px: 4×4 patches of 14
     loss_of(model, batch).backward()

@@ -14,7 +14,7 @@ import torch
 from tests.conftest import ROOT, SMALL_DATA
 from tests.datamodules.sources import layouts
 from training.artifacts import load_culture
-from training.resolvers import tiny_qwen_vl
+from training.resolvers import tiny_vlm
 
 
 def _cli(script: str, *args: str) -> None:
@@ -36,7 +36,7 @@ def _shard_dir(run_dir: Path) -> Path:
 
 def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_run, data_dir, tmp_path):
     raw = layouts.multi3hate(tmp_path / "m3h")
-    tiny = tiny_qwen_vl(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
+    tiny = tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
     train_run(
         "experiment=qwen_lora_cv",
         f"data.raw_dir={raw}",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.datamodules.sources import layouts
-from training.resolvers import tiny_qwen_vl
+from training.resolvers import tiny_vlm
 
 TINY = ("model.preprocessor.image_size=56", "data.batch_size=4", "data.num_workers=0", "trainer.max_epochs=1")
 
@@ -22,7 +22,7 @@ def multi3hate_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_qwen(data_dir: Path) -> str:
-    return tiny_qwen_vl(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
+    return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
 
 
 def test_qwen_lora_cv_folds_train_log_cultures_and_write_adapters(train_run, multi3hate_dir, tiny_qwen):

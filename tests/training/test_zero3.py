@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from tests.conftest import ROOT, SMALL_DATA
 from training.artifacts import load_culture, run_model
 from training.consolidate import consolidate
-from training.resolvers import tiny_qwen_vl
+from training.resolvers import tiny_vlm
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ ZERO3 = (
 
 @pytest.fixture(scope="module")
 def tiny_qwen(data_dir: Path) -> str:
-    return tiny_qwen_vl(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
+    return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
 
 
 def _val_history(run: Path) -> dict[int, float]:
