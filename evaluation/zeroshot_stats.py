@@ -33,7 +33,7 @@ LANGUAGES: tuple[str, ...] = ("en", "de", "es", "hi", "zh")
 CULTURE_OF_LANGUAGE: dict[str, str] = {"en": "US", "de": "DE", "es": "MX", "hi": "IN", "zh": "CN"}
 
 
-def _ordered(names: Iterable[str], canonical: tuple[str, ...]) -> tuple[str, ...]:
+def ordered(names: Iterable[str], canonical: tuple[str, ...]) -> tuple[str, ...]:
     names = set(names)
     return tuple(n for n in canonical if n in names) + tuple(sorted(names - set(canonical)))
 
@@ -93,7 +93,7 @@ def accuracy_table(records: Iterable[Mapping[str, Any]]) -> AccuracyTable:
         cultures.update(labels)
         rows.append((lang, prompt, prediction, labels))
 
-    table = AccuracyTable(_ordered(langs, LANGUAGES), _ordered(cultures, CULTURES), tuple(sorted(prompts)))
+    table = AccuracyTable(ordered(langs, LANGUAGES), ordered(cultures, CULTURES), tuple(sorted(prompts)))
     for lang, prompt, prediction, labels in rows:
         table.answers[lang, prompt] = table.answers.get((lang, prompt), 0) + 1
         table.invalid[lang, prompt] = table.invalid.get((lang, prompt), 0) + (prediction is None)

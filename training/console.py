@@ -29,6 +29,10 @@ HARMLESS_WARNINGS = (
         "a deprecation inside Lightning's own code (utilities/_pytree.py), nothing crossmod calls",
     ),
     (
+        r"It is recommended to use `self\.log\('(val|test)/.*sync_dist=True\)`",
+        "Lightning: epoch metrics are torchmetrics states already reduced across ranks in compute(); every rank logs the same value",
+    ),
+    (
         r"`is_gradient_checkpointing` is deprecated",
         "PEFT (peft_model.py) reads Transformers' former property name; crossmod uses the current one",
     ),

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 from datamodules.batches import SamplesToBatch
 from datamodules.shards import read_samples
 from evaluation.zeroshot_stats import accuracy_table, auroc_table, markdown, summarise
+from models.vlm.families import model_type
 from training.console import configure_console
 
 
@@ -96,6 +97,8 @@ def run(cfg: DictConfig) -> float:
     cultures = list(cfg.data.heads)
     result = {
         "model": cfg.model.name_or_path,
+        "family": model.backbone.family.name,
+        "model_type": model_type(str(cfg.model.name_or_path)),
         "prompts": list(settings.prompts),
         "memes": len(records),
         "answers": summary.answers,

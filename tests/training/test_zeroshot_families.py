@@ -1,0 +1,78 @@
+"""`python zeroshot.py experiment=qwen_zeroshot model.name_or_path=…` once per VLM family on a Multi3Hate-layout
+fixture, then `python -m training.zeroshot_report` puts the runs side by side (the study's Tables 4/10 shape).
+Random models: the numbers mean nothing; the protocol, the statistics and the table's shape do."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import ranksums
+
+from tests.conftest import TrainRun
+from tests.datamodules.sources import layouts
+from training import zeroshot_report
+from training.resolvers import tiny_vlm
+
+pytestmark = pytest.mark.slow
+
+KINDS = ("qwen2_vl", "llava_onevision", "smolvlm")
+
+
+@pytest.fixture(scope="module")
+def zeroshot_runs(tmp_path_factory, data_dir) -> dict[str, Path]:
+    raw = layouts.multi3hate(tmp_path_factory.mktemp("m3h_families") / "data")
+    train_run = TrainRun(data_dir, tmp_path_factory.mktemp("zeroshot_families") / "runs")
+    runs = {}
+    for kind in KINDS:
+        folder = tiny_vlm(str(data_dir / "assets" / f"tiny-{kind}-synthetic"), kind)
+        train_run(
+            "experiment=qwen_zeroshot",
+            f"data.raw_dir={raw}",
+            f"model.name_or_path={folder}",
+            "model.preprocessor.image_size=56",
+            "zeroshot.max_new_tokens=3",
+            script="zeroshot.py",
+            env={"CROSSMOD_RUN_ID": kind},
+        )
+        runs[kind] = train_run.log_dir / "qwen_zeroshot" / "runs" / kind
+    return runs
+
+
+def test_each_family_answers_every_meme_for_every_prompt(zeroshot_runs):
+    for kind, run in zeroshot_runs.items():
+        summary = json.loads((run / "zeroshot" / "summary.json").read_text())
+        assert summary["answers"] == 6 * summary["memes"] and summary["prompts"] == list(range(6))
+        assert summary["model_type"] == kind
+        assert summary["family"] == {"qwen2_vl": "qwen2_vl", "llava_onevision": "llava_onevision", "smolvlm": "idefics3"}[kind]
+
+
+def test_the_report_puts_the_families_side_by_side_with_each_runs_statistics(zeroshot_runs, tmp_path):
+    out = tmp_path / "comparison.md"
+    table = zeroshot_report.main([str(run) for run in zeroshot_runs.values()] + ["--out", str(out)])
+    assert out.read_text() == table
+    assert table.splitlines()[0] == "| model | memes | US | DE | MX | IN | CN | invalid |"
+    lines = [line for line in table.splitlines()[2:] if line.startswith("| ")]
+    for run in zeroshot_runs.values():
+        summary = json.loads((run / "zeroshot" / "summary.json").read_text())
+        label = f"| {summary['model_type']} ({Path(summary['model']).name}) |"
+        (start,) = [i for i, line in enumerate(lines) if line.startswith(label)]  # the label opens the model's rows
+        rows = lines[start : start + len(summary["accuracy"])]
+        for row, (lang, cells) in zip(rows, summary["accuracy"].items()):
+            fields = [f.strip() for f in row.strip("|").split("|")]
+            assert fields[1] == lang
+            for culture, text in zip(("US", "DE", "MX", "IN", "CN"), fields[2:7]):
+                cell = cells[culture]
+                per_prompt = np.array(cell["per_prompt"], dtype=float)
+                # mean ± sample std over the 6 prompts, as numpy computes them
+                assert cell["mean"] == pytest.approx(per_prompt.mean()) and cell["std"] == pytest.approx(per_prompt.std(ddof=1))
+                expected = f"{100 * cell['mean']:.1f} ± {100 * cell['std']:.1f}" + (cells["marker"] if culture == cells["best"] else "")
+                assert text == expected
+            # the marker: the best culture's accuracies against the lowest's, scipy's one-sided rank-sum test
+            best = np.array(cells[cells["best"]]["per_prompt"])
+            lowest = min(("US", "DE", "MX", "IN", "CN"), key=lambda c: cells[c]["mean"])
+            p = ranksums(best, np.array(cells[lowest]["per_prompt"]), alternative="greater").pvalue
+            assert (cells["marker"] != "") == (math.isfinite(p) and p < 0.05)
