@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import string
 
-from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 # The pre-tokenizer regex of Qwen2's tokenizer (the text tower of Qwen2-VL, LLaVA-OneVision and InternVL3).
 QWEN_PRETOKENIZE_REGEX = (
@@ -31,17 +31,32 @@ def train_byte_level_bpe(
     """
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
+    tokenizer.pre_tokenizer = _byte_level_split()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=special_tokens, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
     tokenizer.train_from_iterator(corpus, trainer)
     return _vocab_and_merges(tokenizer)
+
+
+def byte_level_tokenizer(vocab: dict[str, int], merges: list[tuple[str, str]], special_tokens: list[str]) -> Tokenizer:
+    """A byte-level BPE tokenizer object from a trained vocabulary, for tokenizer classes built from one
+    (`PreTrainedTokenizerFast(tokenizer_object=...)`, as Llama 3's and SmolLM2's are); special tokens never split."""
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = _byte_level_split()
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in special_tokens])
+    return tokenizer
+
+
+def _byte_level_split() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
 
 
 def train_sentencepiece_bpe(

@@ -30,9 +30,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import processors
 from transformers import PreTrainedTokenizerFast
 
+from models.tiny.bpe import byte_level_tokenizer, train_byte_level_bpe
 from models.tiny.folder import build_once
 
 VERSIONS = ("idefics3", "smolvlm")
@@ -67,11 +68,7 @@ def _train_tokenizer(corpus: list[str], version: str, vocab_size: int = 800) -> 
     _check_version(version)
     specials = special_tokens(version)
     roles = TEXT_TOKENS[version]
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(corpus, trainer)
+    tokenizer = byte_level_tokenizer(*train_byte_level_bpe(corpus, specials, vocab_size), specials)
     if version == "idefics3":  # Llama 3's tokenizer puts BOS before every encoded text
         bos = roles["bos"]
         tokenizer.post_processor = processors.TemplateProcessing(

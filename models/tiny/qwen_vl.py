@@ -1,7 +1,7 @@
 """A tiny random Qwen2-VL / Qwen2.5-VL checkpoint folder, built like a real one.
 
-Config, weights, a byte-level BPE tokenizer trained on the fly with Qwen's special vision and chat
-tokens, the image processor and the chat template are written with `save_pretrained`, so tests
+Config, weights, Qwen2's tokenizer (byte-level BPE trained on the fly, `models.tiny.qwen2_text`) with
+Qwen's special vision and chat tokens, the image processor and the chat template are written with `save_pretrained`, so tests
 and CPU runs load it through the same `from_pretrained` path as `Qwen/Qwen2-VL-7B-Instruct`.
 """
 
@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import Qwen2TokenizerFast
+from transformers import Qwen2Tokenizer
 
 from models.tiny.folder import build_once
+from models.tiny.qwen2_text import CHAT_TOKENS, build_qwen2_tokenizer
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+SPECIAL_TOKENS = [*CHAT_TOKENS, *VISION_TOKENS]
 
 # The chat template Qwen2-VL's processor ships: system turn, image placeholders, generation prompt.
 CHAT_TEMPLATE = (
@@ -34,16 +35,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_qwen_tokenizer(corpus: list[str], vocab_size: int = 800) -> Qwen2TokenizerFast:
-    """Byte-level BPE (like Qwen's) over `corpus`, every byte reachable, Qwen's special tokens added."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tokenizer.train_from_iterator(corpus, trainer)
-    return Qwen2TokenizerFast(tokenizer_object=tokenizer, unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+def train_qwen_tokenizer(corpus: list[str], vocab_size: int = 800) -> Qwen2Tokenizer:
+    """Qwen2's tokenizer class (byte-level BPE trained on `corpus`) with Qwen-VL's chat and vision tokens."""
+    return build_qwen2_tokenizer(corpus, VISION_TOKENS, vocab_size=vocab_size)
 
 
 def build_tiny_qwen_vl(

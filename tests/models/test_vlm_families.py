@@ -9,17 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 from peft import PeftModel
 from transformers import AutoModelForImageTextToText
 
 from datamodules.synthetic import SyntheticMemeSource
 from models.module import MemeClassifier
 from models.vlm.families import FAMILIES, family_for
-from tests.conftest import ROOT
+from tests.models.test_vlm import build as build_vlm
 from training.resolvers import tiny_vlm
 from training.zeroshot import answer_all
 
@@ -50,22 +46,7 @@ def folders(tmp_path_factory) -> dict[str, str]:
 
 
 def build(tmp_path: Path, folder: str, *overrides: str) -> MemeClassifier:
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                f"paths.data_dir={tmp_path}",
-                f"paths.output_dir={tmp_path}",
-                "model=vlm",
-                f"model.name_or_path={folder}",
-                "model.preprocessor.image_size=56",
-                *overrides,
-            ],
-        )
-    model = instantiate(OmegaConf.to_container(cfg.model, resolve=True), _recursive_=False)
-    model.configure_model()
-    return model
+    return build_vlm(tmp_path, f"model.name_or_path={folder}", *overrides)
 
 
 def samples(size: int = 4, seed: int = 5) -> list[dict]:
