@@ -25,7 +25,7 @@ def main(cfg: DictConfig) -> None:
     from training.predicting import predict, read_inputs, write_predictions
 
     try:
-        inputs = read_inputs(Path(cfg.inputs), cfg.splits, on_error=cfg.on_error, max_image_bytes=cfg.max_image_bytes)
+        inputs = read_inputs(str(cfg.inputs), cfg.splits, on_error=cfg.on_error, max_image_bytes=cfg.max_image_bytes)
     except (ValueError, FileNotFoundError) as error:  # InputError, a manifest naming files outside its folder …
         print(f"[predict] error: {error}", file=sys.stderr)
         sys.exit(1)

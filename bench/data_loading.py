@@ -16,6 +16,9 @@ size, worker count and prefetch factor:
 * `files`: the conventional map-style loader (bench/file_memes.py): both files per meme, full decode and
   timm's per-image transform, `DataLoader(shuffle=True)` with its default hand-over
 * `files_same_preprocessing`: the same files through crossmod's preprocessor: the storage format alone
+* `webdataset_http`: the `webdataset` loader with `data.shard_dir` the URL of the same shards, served by
+  the standard library's HTTP server in its own process on this machine (curl streams, checksums and
+  sizes checked as bytes arrive), warm cache only: what reading from a URL costs over a local file
 
 Throughput is memes per second between the first and the last batch of one epoch, with a consumer that
 takes no time (`steady`); `with_startup` counts from creating the iterator (worker start, shuffle buffer
@@ -35,13 +38,14 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import Result, build_model, interleave, parser, repeats, stats, synthetic_samples  # noqa: E402
 from file_memes import ConventionalPreprocessing, evict, file_loader, write_files  # noqa: E402
-from loading_probes import components, datamodule_for, handoff, wait_run  # noqa: E402
+from loading_probes import components, datamodule_for, handoff, http_server, wait_run  # noqa: E402
 
 from models.pixels import PixelPipeline  # noqa: E402
 
@@ -148,6 +152,7 @@ LOADERS = {
     "webdataset_draft": "the same with draft_decode=True (reduced-scale JPEG decode: faster, other pixels)",
     "files": "conventional: one JPEG + one JSON per meme, full decode, timm transform per image",
     "files_same_preprocessing": "the same files through crossmod's preprocessor (storage format alone)",
+    "webdataset_http": "crossmod's loader with the shards' URL on a local HTTP server (own process): remote reading's cost",
 }
 
 
@@ -184,6 +189,7 @@ def main() -> None:
     draft.pixels = PixelPipeline(crossmod.pixels.per_image, draft=True)
     samples = synthetic_samples(memes, image_size=128)
     tmp = Path(tempfile.mkdtemp(prefix="crossmod-bench-data-"))
+    servers = ExitStack()
     try:
         shard_dir = tmp / "shards"
         heads = {name: {"kind": "binary"} for name in samples[0].labels}
@@ -216,6 +222,7 @@ def main() -> None:
             },
         )
         all_files = sorted(file_root.iterdir()) + sorted(shard_dir.glob("*.tar"))
+        shard_url = f"{servers.enter_context(http_server(tmp))}/{shard_dir.name}"
         for storage in storages:
             cold = all_files if storage == "cold" else None
             for workers in workers_list:
@@ -228,6 +235,9 @@ def main() -> None:
                 if storage == "warm":
                     loaders["webdataset_draft"] = lambda w=workers: datamodule_for(
                         shard_dir, draft, batch_size, w, memes
+                    ).train_dataloader()
+                    loaders["webdataset_http"] = lambda w=workers: datamodule_for(
+                        shard_url, crossmod, batch_size, w, memes
                     ).train_dataloader()
                 else:
                     del loaders["files_same_preprocessing"]  # the cold rows compare storage under the real loaders only
@@ -245,7 +255,12 @@ def main() -> None:
                         memes_per_epoch=runs[0]["memes"],
                     )
                 label = f"{workers} worker{'' if workers == 1 else 's'}{', cold cache' if storage == 'cold' else ''}"
-                pairs = [("webdataset", "files"), ("webdataset", "files_same_preprocessing"), ("webdataset_draft", "webdataset")]
+                pairs = [
+                    ("webdataset", "files"),
+                    ("webdataset", "files_same_preprocessing"),
+                    ("webdataset_draft", "webdataset"),
+                    ("webdataset_http", "webdataset"),
+                ]
                 for name, baseline in [(n, b) for n, b in pairs if n in measured and b in measured]:
                     ratio = result.paired(
                         f"{name}/{baseline} {key}",
@@ -278,6 +293,7 @@ def main() -> None:
                             f"loader's ({workers} workers, {storage} page cache)",
                         )
 
+        servers.close()
         parts = components(shard_dir, file_root, crossmod, conventional, memes, batch_size)
         result.payload["components_us_per_meme"] = parts
         handoff_batches = 4 if smoke else 10
@@ -342,6 +358,7 @@ def main() -> None:
         )
         result.write()
     finally:
+        servers.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -4,10 +4,14 @@ time a real training loop waits on data. Used by bench/data_loading.py."""
 from __future__ import annotations
 
 import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,7 @@ from common import bare_trainer
 from file_memes import FileMemes, evict
 
 
-def datamodule_for(shard_dir: Path, preprocessor, batch_size: int, workers: int, memes: int):
+def datamodule_for(shard_dir: Path | str, preprocessor, batch_size: int, workers: int, memes: int):
     from datamodules.memes import MemeDataModule
 
     dm = MemeDataModule(
@@ -30,6 +34,29 @@ def datamodule_for(shard_dir: Path, preprocessor, batch_size: int, workers: int,
     )
     dm.setup("fit")
     return dm
+
+
+@contextmanager
+def http_server(root: Path) -> Iterator[str]:
+    """The standard library's HTTP server serving `root` from its own process (as a storage host would), its base URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):  # until it accepts connections
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait()
 
 
 def _median_us_per_meme(fn: Callable[[], Any], memes: int, before: Callable[[], None] | None = None) -> float:

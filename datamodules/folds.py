@@ -36,11 +36,11 @@ def assign_folds(groups: list[str], strata: list[str], num_folds: int, seed: int
     return dict(sorted(assignment.items()))
 
 
-def iter_records(directory: Path, shard_names: list[str]) -> Iterator[dict[str, Any]]:
+def iter_records(directory: str | Path, shard_names: list[str], remote: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """The JSON record of every sample in the named shards (no image decoding), each shard checked
     against its manifest record (complete tar, checksum, size, sample count) as it is read."""
-    directory = Path(directory)
-    items = {Path(item["url"]).name: item for item in shard_items(directory, read_manifest(directory))}
+    manifest = read_manifest(directory)
+    items = {shard["name"]: item for shard, item in zip(manifest["shards"], shard_items(directory, manifest, None, remote))}
     unknown = [name for name in shard_names if name not in items]
     if unknown:
         raise ValueError(f"{directory}: shards {unknown} are not in its manifest")

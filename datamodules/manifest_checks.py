@@ -24,10 +24,11 @@ class ManifestError(ValueError):
     """A manifest that cannot be trusted as it is; the message names the file, the field and the fix."""
 
 
-def parse_manifest(path: Path) -> dict[str, Any]:
-    """The manifest at `path` as a dict, or ManifestError naming the file and where the JSON breaks."""
+def parse_manifest(path: Path | str, data: bytes | None = None) -> dict[str, Any]:
+    """The manifest at `path` (or its bytes `data`, fetched from a URL) as a dict, or ManifestError naming
+    the file and where the JSON breaks."""
     try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
+        manifest = json.loads((Path(path).read_bytes() if data is None else data).decode("utf-8"))
     except UnicodeDecodeError as error:
         raise ManifestError(f"{path}: not a manifest (not UTF-8 text at byte {error.start})") from None
     except json.JSONDecodeError as error:

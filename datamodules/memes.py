@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,9 +28,10 @@ from datamodules.even_batches import EvenBatches, sum_over_ranks
 from datamodules.folds import ensure_folds, ensure_inner_validation, find_folds, iter_records
 from datamodules.heads import Head, parse_heads
 from datamodules.one_block import one_block
+from datamodules.remote import BACKOFF_S, RETRIES, is_remote
 from datamodules.sample import decode_shard_entry
 from datamodules.selection_rules import RoleFilter, StagePlan, check_selection, fold_splits, rule_for
-from datamodules.shards import conversion_summary, fingerprint, read_manifest, verify_shards, write_shards
+from datamodules.shards import conversion_summary, fingerprint, read_manifest, shard_items, verify_shards, write_shards
 from datamodules.stream_position import StreamResume, training_position
 from datamodules.tar_reader import shard_samples
 
@@ -90,6 +92,9 @@ class MemeDataModule(L.LightningDataModule):
         selection: str = "inner",
         inner_share: float = 0.15,
         describe: Callable[[Source], dict[str, Any] | None] | None = None,
+        cache_dir: str | None = None,
+        remote_retries: int = RETRIES,
+        remote_backoff: float = BACKOFF_S,
     ) -> None:
         """`raw_dir` and `on_error` are config handles (`data.raw_dir=…`, `data.on_error=skip`) that data
         configs pass on to their source; skipping bad inputs is allowed when `allow_skip`, `on_error`
@@ -100,6 +105,8 @@ class MemeDataModule(L.LightningDataModule):
         are chosen without its held-out fold (datamodules/selection_rules.py). `describe(source)` adds
         facts about the raw data to the manifest's summary when shards are converted (configs wire it, e.g.
         Multi3Hate's annotation statistics from evaluation; data code imports nothing above it).
+        `shard_dir` may be a URL (`datamodules.remote`): shards stream from it, each downloaded once into
+        `cache_dir` when one is given; `remote_retries` / `remote_backoff` govern reading after a failure.
         """
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -126,8 +133,10 @@ class MemeDataModule(L.LightningDataModule):
         self.preprocessor = preprocessor
         # Set by the driver: whether the strategy shards parameters, so eval forwards are collectives.
         self.lockstep_eval_under_sharding = False
+        self.cache_dir, self.remote_retries, self.remote_backoff = cache_dir, remote_retries, remote_backoff
+        self.dataset_dir: Path | str
         if shard_dir is not None:
-            self.dataset_dir = Path(shard_dir)
+            self.dataset_dir = str(shard_dir) if is_remote(shard_dir) else Path(shard_dir)
         else:
             self.dataset_dir = Path(shard_root) / f"{source.name}-{fingerprint(source.params())}"
         self.manifest: dict[str, Any] = {}
@@ -147,6 +156,8 @@ class MemeDataModule(L.LightningDataModule):
         under Lightning; the file lock also covers every rank of a SLURM job, and a login-node `prepare.py`,
         calling it at once (the first converts, the others wait and reuse). Returns the manifest.
         """
+        if isinstance(self.dataset_dir, str):
+            return self._remote_manifest()
         self.dataset_dir.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.dataset_dir) + ".lock"):
             if force or not (self.dataset_dir / "manifest.json").is_file():
@@ -167,13 +178,52 @@ class MemeDataModule(L.LightningDataModule):
                 print(conversion_summary(manifest), flush=True)
             elif self.verify:
                 verify_shards(self.dataset_dir)
-            if folds:
-                ensure_folds(self.dataset_dir, folds, self.fold_seed, self.fold_splits)
+            if folds:  # prepare.py --folds: the outer folds and, where the rule needs one, each fold's inner split
+                entry = ensure_folds(self.dataset_dir, folds, self.fold_seed, self.fold_splits)
+                for fold in range(folds):
+                    if rule_for(fold, self.selection, read_manifest(self.dataset_dir), self.val_splits) == "inner":
+                        ensure_inner_validation(self.dataset_dir, entry, fold, self.inner_share)
             if self.fold is not None:
                 entry = ensure_folds(self.dataset_dir, self.num_folds, self.fold_seed, self.fold_splits)
                 if rule_for(self.fold, self.selection, read_manifest(self.dataset_dir), self.val_splits) == "inner":
                     ensure_inner_validation(self.dataset_dir, entry, self.fold, self.inner_share)
             return read_manifest(self.dataset_dir)
+
+    def _remote_manifest(self) -> dict[str, Any]:
+        """A remote dataset is read, never written: its manifest must already hold what a fold run needs
+        (`python prepare.py … --folds k` stores the folds and their inner splits before the upload)."""
+        manifest = read_manifest(self.dataset_dir)
+        if self.fold is None:
+            return manifest
+        entry = find_folds(manifest, self.num_folds, self.fold_seed, self.fold_splits)
+        needs_inner = rule_for(self.fold, self.selection, manifest, self.val_splits) == "inner"
+        if entry is None or (
+            needs_inner and not any(i["fold"] == self.fold and i["share"] == self.inner_share for i in entry.get("inner", []))
+        ):
+            raise ValueError(
+                f"{self.dataset_dir}: the manifest has no fold assignment for num_folds={self.num_folds}, seed={self.fold_seed}"
+                f"{f' with an inner validation share of {self.inner_share}' if needs_inner else ''}, and a remote dataset is "
+                f"read-only: run `python prepare.py <dataset> … --folds {self.num_folds}` before uploading the folder"
+            )
+        return manifest
+
+    @property
+    def remote(self) -> dict[str, Any] | None:
+        """How shards of a remote dataset are read (cache folder, retries, backoff); None for a local one."""
+        if not isinstance(self.dataset_dir, str):
+            return None
+        cache = None
+        if self.cache_dir is not None:
+            manifest = self.manifest or read_manifest(self.dataset_dir)
+            cache = str(Path(self.cache_dir) / f"{manifest['dataset']}-{manifest['fingerprint']}")
+        return {"cache_dir": cache, "retries": self.remote_retries, "backoff": self.remote_backoff}
+
+    def _reader(self) -> Callable[..., Any]:
+        """The shard-reading pipeline stage; remote shards carry their manifest records and reading settings."""
+        if self.remote is None:
+            return shard_samples
+        items = shard_items(self.dataset_dir, self.manifest, None, self.remote)
+        return partial(shard_samples, records={item["url"]: item for item in items})
 
     def _source_summary(self) -> dict[str, Any]:
         """Facts about the raw data for the manifest: the source's own, and what the config's `describe` adds
@@ -254,7 +304,7 @@ class MemeDataModule(L.LightningDataModule):
                 raise ValueError(f"head {name!r} is {kind} in the dataset, but the config says {head.kind}")
 
     def _shards(self, splits: list[str]) -> list[str]:
-        return [str(self.dataset_dir / s["name"]) for s in self.manifest["shards"] if s["split"] in splits]
+        return [item["url"] for item in shard_items(self.dataset_dir, self.manifest, splits, self.remote)]
 
     def _rank_world(self) -> tuple[int, int]:
         if self.trainer is not None:
@@ -277,8 +327,8 @@ class MemeDataModule(L.LightningDataModule):
         """
         if self.roles is None:
             raise RuntimeError("held_out_labels needs a fold run (fold=k) after setup")
-        names = [Path(url).name for url in self._shards(self.fold_splits)]
-        return {r["id"]: r["labels"] for r in iter_records(self.dataset_dir, names) if self.roles[r["group"]] == "test"}
+        names = [s["name"] for s in self.manifest["shards"] if s["split"] in self.fold_splits]
+        return {r["id"]: r["labels"] for r in iter_records(self.dataset_dir, names, self.remote) if self.roles[r["group"]] == "test"}
 
     # ---------------------------------------------------------------- resume state
     def state_dict(self) -> dict[str, Any]:
@@ -313,7 +363,7 @@ class MemeDataModule(L.LightningDataModule):
         resume = self.resume.stage(shards)
         stages: list[Any] = [
             shards,
-            shard_samples,
+            self._reader(),
             wds.shuffle(self.shuffle_buffer, initial=min(self.shuffle_buffer, 100), seed=self.seed + rank),
             wds.map(decode_shard_entry),
         ]
@@ -336,7 +386,7 @@ class MemeDataModule(L.LightningDataModule):
         stages: list[Any] = [
             wds.SimpleShardList(urls),
             ShardsForConsumer(rank, world),
-            shard_samples,
+            self._reader(),
             wds.map(decode_shard_entry),
         ]
         if role is not None:
@@ -360,7 +410,7 @@ class MemeDataModule(L.LightningDataModule):
         """One batch from the split's first shard: filler for a rank that was given no shards."""
         pipeline = wds.DataPipeline(
             wds.SimpleShardList(urls[:1]),
-            shard_samples,
+            self._reader(),
             wds.map(decode_shard_entry),
             wds.batched(self.eval_batch_size, collation_fn=SamplesToBatch(self.preprocessor), partial=True),
         )

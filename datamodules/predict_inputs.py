@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from datamodules.paths import OutsideRoot, ensure_within, resolve_within
+from datamodules.remote import is_remote
 from datamodules.sample import IMAGE_EXTENSIONS
 from datamodules.shards import MANIFEST, Skipped, read_samples
 from datamodules.sources.images import MAX_IMAGE_BYTES, check_image, load_image
@@ -44,12 +45,16 @@ class Inputs(list):
         return len(self) + len(self.skipped)
 
 
-def read_inputs(path: Path, splits: list[str] | None = None, on_error: str = "raise", max_image_bytes: int = MAX_IMAGE_BYTES) -> Inputs:
-    """Memes as sample dicts (id, text, image bytes, lang, labels={}); bad inputs raise or are counted."""
+def read_inputs(
+    path: Path | str, splits: list[str] | None = None, on_error: str = "raise", max_image_bytes: int = MAX_IMAGE_BYTES
+) -> Inputs:
+    """Memes as sample dicts (id, text, image bytes, lang, labels={}); bad inputs raise or are counted.
+    `path`: a folder of images, a JSONL file, or a shard folder, local or a URL of one (`datamodules.remote`)."""
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
-    path = Path(path)
-    if path.is_dir() and (path / MANIFEST).is_file():
+    if is_remote(path):
+        items = _from_shards(str(path), splits, max_image_bytes)
+    elif (path := Path(path)).is_dir() and (path / MANIFEST).is_file():
         items = _from_shards(path, splits, max_image_bytes)
     elif path.is_dir():
         items = _from_folder(path, max_image_bytes)
@@ -120,7 +125,7 @@ def _jsonl_image(root: Path, reference: str, max_image_bytes: int) -> tuple[byte
     return load_image(file, max_image_bytes)
 
 
-def _from_shards(directory: Path, splits: list[str] | None, max_image_bytes: int) -> Iterator[dict[str, Any] | InputError]:
+def _from_shards(directory: Path | str, splits: list[str] | None, max_image_bytes: int) -> Iterator[dict[str, Any] | InputError]:
     """Shards may come from elsewhere: their images get the conversion's checks again."""
     for sample in read_samples(directory, splits):
         image = sample.get("image")

@@ -23,6 +23,7 @@ import webdataset as wds
 from datamodules.heads import parse_heads
 from datamodules.manifest_checks import check_manifest, parse_manifest
 from datamodules.paths import OutsideRoot, resolve_within
+from datamodules.remote import fetch, file_url, is_remote
 from datamodules.sample import Sample, decode_shard_entry
 from datamodules.tar_reader import shard_samples
 
@@ -54,6 +55,18 @@ def sha256_file(path: Path) -> str:
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """The checked manifest of a dataset folder, local or remote (`datamodules.remote`)."""
+    if is_remote(directory):
+        url = file_url(str(directory), MANIFEST)
+        manifest = parse_manifest(url, fetch(url))
+        for index, shard in enumerate(manifest.get("shards") if isinstance(manifest.get("shards"), list) else []):
+            name = shard.get("name") if isinstance(shard, dict) else None
+            try:
+                file_url(str(directory), name if isinstance(name, str) else "")
+            except ValueError as error:
+                raise ValueError(f"{url}: shard {index}: {error}") from None
+        check_manifest(manifest, url)  # type: ignore[arg-type]
+        return manifest
     path = Path(directory) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"no {MANIFEST} in {directory}: the shards were never completed")
@@ -215,23 +228,40 @@ def remove_stale_partials(out_dir: Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
-def shard_items(directory: Path, manifest: dict[str, Any], splits: list[str] | None = None) -> list[dict[str, Any]]:
+def shard_items(
+    directory: str | Path,
+    manifest: dict[str, Any],
+    splits: list[str] | None = None,
+    remote: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """Reader items for the shards of `splits` (None: all): each carries what its manifest record says
-    (sample count, sha256, size in bytes), so the tar reader checks the shard against it while reading."""
+    (sample count, sha256, size in bytes), so the tar reader checks the shard against it while reading.
+    A remote dataset's items carry its URLs and `remote`'s reading settings (`cache_dir`, `retries`, `backoff`)."""
+    if is_remote(directory):
+        settings = {k: v for k, v in (remote or {}).items() if v is not None}
+        return [
+            {"url": file_url(str(directory), shard["name"]), "name": shard["name"], **settings, **_record(shard)}
+            for shard in manifest["shards"]
+            if splits is None or shard["split"] in splits
+        ]
+    directory = Path(directory)
     items = []
     for shard in manifest["shards"]:
         if splits is None or shard["split"] in splits:
             path = directory / shard["name"]
             if not path.is_file():
                 raise FileNotFoundError(f"shard {path} listed in the manifest is missing")
-            items.append({"url": str(path), **{key: shard[key] for key in ("count", "sha256", "bytes") if key in shard}})
+            items.append({"url": str(path), **_record(shard)})
     return items
+
+
+def _record(shard: dict[str, Any]) -> dict[str, Any]:
+    return {key: shard[key] for key in ("count", "sha256", "bytes") if key in shard}
 
 
 def verify_shards(directory: str | Path) -> dict[str, Any]:
     """Read every shard once: complete tar, checksum, size and sample count as the manifest records them;
     raise naming the first shard that differs."""
-    directory = Path(directory)
     manifest = read_manifest(directory)
     for _ in shard_samples(shard_items(directory, manifest)):
         pass
@@ -260,13 +290,12 @@ def conversion_summary(manifest: dict[str, Any], show_skipped: int = 20) -> str:
     return "\n".join(lines)
 
 
-def read_samples(directory: str | Path, splits: list[str] | None = None) -> list[dict[str, Any]]:
+def read_samples(directory: str | Path, splits: list[str] | None = None, remote: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every sample (image bytes included) of the given splits (None: all), in shard order: for scoring
     whole splits outside a training loop (evaluation, zero-shot, prediction). Each shard is checked
     against its manifest record (complete tar, checksum, size, sample count) in the same pass."""
-    directory = Path(directory)
     manifest = read_manifest(directory)
-    items = shard_items(directory, manifest, splits)
+    items = shard_items(directory, manifest, splits, remote)
     if not items:
         raise ValueError(f"{directory}: no shards in splits {splits} (splits: {sorted(manifest['counts']['split'])})")
     return [decode_shard_entry(entry) for entry in shard_samples(items)]

@@ -6,12 +6,13 @@ large share of what preparing a small meme for the model costs. The shards are P
 apart directly (a few µs per member), still checks every header checksum, understands PAX extended
 headers and GNU long names, and hands the members to webdataset's own `group_by_keys`, so samples
 (keys, suffixes, `__url__`, metadata files skipped, no sample spanning two shards) are exactly what
-`tarfile_to_samples` yields. Only local files: crossmod's shards live under `shard_root`.
+`tarfile_to_samples` yields.
 
 It is stricter than `tarfile` about the end: a shard must end with the two zero blocks of a complete
 archive (then only zero padding), so a file cut at ANY byte is an error naming the shard and the
 byte where it ends; `tarfile` takes a cut at a block boundary or inside padding for a normal end and
-yields fewer members. A shard item may also carry what its manifest records (`count` samples,
+yields fewer members. A shard item whose url is remote (`datamodules.remote`) is read as a resumable
+stream, or from a verified cached copy when the item names a `cache_dir`; the checks are the same. A shard item may also carry what its manifest records (`count` samples,
 `sha256`, `bytes`), which are then checked in the same pass.
 """
 
@@ -21,9 +22,12 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from webdataset.tariterators import group_by_keys
+
+from datamodules.remote import BACKOFF_S, RETRIES, RemoteStream, cached_copy, is_remote
 
 BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)
@@ -69,15 +73,12 @@ def _pax_records(data: bytes) -> dict[str, str]:
 
 
 def tar_members(path: str, *, sha256: str | None = None, size: int | None = None) -> Iterator[tuple[str, bytes]]:
-    """(name, bytes) of every regular file in the tar at `path`, in archive order.
+    """(name, bytes) of every regular file in the local tar at `path`, in archive order.
 
     Raises ShardFormatError naming the shard and offset for a bad header, a file that ends anywhere
     before the end of the archive, or (given the manifest's `size` in bytes and `sha256`) a shard
     that is not the one the manifest describes.
     """
-    long_name: str | None = None
-    pax: dict[str, str] = {}
-    offset = 0
     with open(path, "rb", buffering=READ_BUFFER) as file:
         file_size = os.fstat(file.fileno()).st_size
         if size is not None and file_size != size:
@@ -86,43 +87,54 @@ def tar_members(path: str, *, sha256: str | None = None, size: int | None = None
                 f"shard {path} does not match its manifest checksum (corrupt or rewritten): "
                 f"{file_size} bytes where the manifest records {size}, {cut}"
             )
-        digest = hashlib.sha256() if sha256 is not None else None
-        stream = file if digest is None else _HashingReader(file, digest)
-        while True:
-            header = stream.read(BLOCK)
-            if len(header) < BLOCK:
-                raise ShardFormatError(_cut(path, file_size, offset, "a tar header"))
-            if header == ZERO_BLOCK:
-                _end_of_archive(path, stream, file_size, offset)
-                if digest is not None and digest.hexdigest() != sha256:
-                    raise ShardFormatError(f"shard {path} does not match its manifest checksum (corrupt or rewritten)")
-                return
-            try:
-                stored = _number(header[148:156])
-                size_field = _number(header[124:136])
-            except ValueError as error:
-                raise ShardFormatError(f"shard {path}: unreadable tar header at byte {offset} ({error})") from error
-            if not _checksum_matches(header, stored):
-                raise ShardFormatError(f"shard {path}: tar header checksum mismatch at byte {offset} (corrupt shard)")
-            kind = header[156:157]
-            member_size = int(pax.get("size", size_field)) if kind in REGULAR else size_field
-            padding = -member_size % BLOCK
-            if offset + BLOCK + member_size + padding > file_size:
-                raise ShardFormatError(_cut(path, file_size, offset, f"the {member_size}-byte member whose header starts", member_size))
-            data = stream.read(member_size)
-            if padding:
-                stream.read(padding)
-            offset += BLOCK + member_size + padding
-            if kind == b"x":
-                pax = _pax_records(data)
-            elif kind == b"L":
-                long_name = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
-            elif kind in REGULAR:
-                name = pax.get("path") or long_name or _ustar_name(header)
-                long_name, pax = None, {}
-                yield name, data
-            elif kind != b"g":  # directories, links, devices: no sample content (webdataset skips them too)
-                long_name, pax = None, {}
+        yield from stream_members(file, path, file_size, sha256)
+
+
+def stream_members(file: Any, path: str, file_size: int | None, sha256: str | None = None) -> Iterator[tuple[str, bytes]]:
+    """`tar_members` over an open stream (a local file, or a remote one whose size is the manifest's,
+    or unknown: then a cut shows as a short read)."""
+    long_name: str | None = None
+    pax: dict[str, str] = {}
+    offset = 0
+    digest = hashlib.sha256() if sha256 is not None else None
+    stream = file if digest is None else _HashingReader(file, digest)
+    while True:
+        header = stream.read(BLOCK)
+        if len(header) < BLOCK:
+            raise ShardFormatError(_cut(path, offset + len(header) if file_size is None else file_size, offset, "a tar header"))
+        if header == ZERO_BLOCK:
+            _end_of_archive(path, stream, file_size, offset)
+            if digest is not None and digest.hexdigest() != sha256:
+                raise ShardFormatError(f"shard {path} does not match its manifest checksum (corrupt or rewritten)")
+            return
+        try:
+            stored = _number(header[148:156])
+            size_field = _number(header[124:136])
+        except ValueError as error:
+            raise ShardFormatError(f"shard {path}: unreadable tar header at byte {offset} ({error})") from error
+        if not _checksum_matches(header, stored):
+            raise ShardFormatError(f"shard {path}: tar header checksum mismatch at byte {offset} (corrupt shard)")
+        kind = header[156:157]
+        member_size = int(pax.get("size", size_field)) if kind in REGULAR else size_field
+        padding = -member_size % BLOCK
+        what = f"the {member_size}-byte member whose header starts"
+        if file_size is not None and offset + BLOCK + member_size + padding > file_size:
+            raise ShardFormatError(_cut(path, file_size, offset, what, member_size))
+        data = stream.read(member_size)
+        skipped = stream.read(padding) if padding else b""
+        if len(data) < member_size or len(skipped) < padding:
+            raise ShardFormatError(_cut(path, offset + BLOCK + len(data) + len(skipped), offset, what, member_size))
+        offset += BLOCK + member_size + padding
+        if kind == b"x":
+            pax = _pax_records(data)
+        elif kind == b"L":
+            long_name = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
+        elif kind in REGULAR:
+            name = pax.get("path") or long_name or _ustar_name(header)
+            long_name, pax = None, {}
+            yield name, data
+        elif kind != b"g":  # directories, links, devices: no sample content (webdataset skips them too)
+            long_name, pax = None, {}
 
 
 def _cut(path: str, file_size: int, offset: int, what: str, member_size: int = 0) -> str:
@@ -135,22 +147,26 @@ def _cut(path: str, file_size: int, offset: int, what: str, member_size: int = 0
     return f"shard {path}: truncated at byte {file_size}, inside {part} ({what} at byte {offset})"
 
 
-def _end_of_archive(path: str, stream: Any, file_size: int, offset: int) -> None:
+def _end_of_archive(path: str, stream: Any, file_size: int | None, offset: int) -> None:
     """After the first zero block: a second one, then nothing but zero padding up to a whole block."""
     second = stream.read(BLOCK)
     if len(second) < BLOCK:
-        raise ShardFormatError(_cut(path, file_size, offset, "the end-of-archive blocks"))
+        end = offset + BLOCK + len(second) if file_size is None else file_size
+        raise ShardFormatError(_cut(path, end, offset, "the end-of-archive blocks"))
     if second != ZERO_BLOCK:
         raise ShardFormatError(f"shard {path}: a lone zero block at byte {offset} is followed by more data (not a complete tar)")
     end = offset + 2 * BLOCK
-    if (file_size - end) % BLOCK:
-        raise ShardFormatError(
-            f"shard {path}: truncated at byte {file_size}: a partial block after the end of the archive at byte {end} "
-            "(a tar file is whole 512-byte blocks)"
-        )
+    rest_bytes = 0
     while rest := stream.read(READ_BUFFER):
+        rest_bytes += len(rest)
         if rest.count(0) != len(rest):
             raise ShardFormatError(f"shard {path}: data after the end of the archive at byte {end} (a second archive appended?)")
+    total = end + rest_bytes if file_size is None else file_size
+    if (total - end) % BLOCK:
+        raise ShardFormatError(
+            f"shard {path}: truncated at byte {total}: a partial block after the end of the archive at byte {end} "
+            "(a tar file is whole 512-byte blocks)"
+        )
 
 
 def _checksum_matches(header: bytes, stored: int) -> bool:
@@ -169,22 +185,41 @@ def _ustar_name(header: bytes) -> str:
     return name
 
 
+def _members(shard: dict[str, Any]) -> Iterator[tuple[str, bytes]]:
+    """A shard item's members: a local file, a verified cached copy of a remote one, or a remote stream."""
+    url = shard["url"]
+    if not is_remote(url):
+        yield from tar_members(url, sha256=shard.get("sha256"), size=shard.get("bytes"))
+    elif shard.get("cache_dir"):
+        yield from tar_members(str(cached_copy(shard, Path(shard["cache_dir"]))), sha256=shard.get("sha256"), size=shard.get("bytes"))
+    else:
+        stream = RemoteStream(url, shard.get("bytes"), shard.get("retries", RETRIES), shard.get("backoff", BACKOFF_S))
+        try:
+            yield from stream_members(stream, url, shard.get("bytes"), shard.get("sha256"))
+            stream.report()
+        finally:
+            stream.close()
+
+
 def _files(shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
     url = shard["url"]
-    for name, data in tar_members(url, sha256=shard.get("sha256"), size=shard.get("bytes")):
+    for name, data in _members(shard):
         if METADATA_NAME.match(name) or ("/" not in name and name.startswith("__") and name.endswith("__")):
             continue
         yield {"fname": name, "data": data, "__url__": url}
 
 
-def shard_samples(shards: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def shard_samples(shards: Iterable[dict[str, Any]], records: dict[str, dict[str, Any]] | None = None) -> Iterator[dict[str, Any]]:
     """Pipeline stage: `{"url": path}` items (SimpleShardList, ResampledShards) → WebDataset samples.
 
     Samples are grouped shard by shard (none spans two). An item that also carries its manifest's
     `count` (samples), `sha256` and `bytes` is checked against them; a mismatch raises once the
-    shard has been read.
+    shard has been read. `records` (url → those fields and remote reading settings) completes items
+    that carry only a url, as the shard lists of webdataset yield them.
     """
     for shard in shards:
+        if records:
+            shard = {**records.get(shard["url"], {}), **shard}
         expected = shard.get("count")
         if expected is None:
             yield from group_by_keys(_files(shard))

@@ -9,6 +9,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from datamodules.remote import is_remote
+from datamodules.shards import read_manifest, write_json_atomic
 from evaluation.summary import json_safe
 from training.redaction import redact  # the one rule for secret-looking keys (also for loggers and exports)
 
@@ -18,8 +20,12 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(plain)))
 
 
-def copy_manifest(dataset_dir: Path, run_dir: Path) -> None:
-    shutil.copyfile(dataset_dir / "manifest.json", run_dir / "manifest.json")
+def copy_manifest(dataset_dir: Path | str, run_dir: Path) -> None:
+    """The dataset's manifest beside the run (fetched once more when the dataset is remote)."""
+    if is_remote(dataset_dir):
+        write_json_atomic(run_dir / "manifest.json", read_manifest(dataset_dir))
+    else:
+        shutil.copyfile(Path(dataset_dir) / "manifest.json", run_dir / "manifest.json")
 
 
 def nest(flat: dict[str, Any], stage: str) -> dict[str, dict[str, float]]:

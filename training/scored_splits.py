@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from datamodules.folds import find_folds
 from datamodules.memes import MemeDataModule
+from datamodules.remote import is_remote
 from datamodules.shards import read_manifest, read_samples
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class SplitReader:
     """Reads each split of the evaluated dataset once (image bytes included), however many runs share it."""
 
     def __init__(self, dataset_dir: Path) -> None:
-        self.dataset_dir = Path(dataset_dir)
+        self.dataset_dir = dataset_dir if is_remote(dataset_dir) else Path(dataset_dir)
         self.manifest = read_manifest(self.dataset_dir)
         self.present = sorted(self.manifest["counts"]["split"])
         self._cache: dict[str, list[dict[str, Any]]] = {}
