@@ -33,6 +33,11 @@ HARMLESS_WARNINGS = (
         "Lightning: epoch metrics are torchmetrics states already reduced across ranks in compute(); every rank logs the same value",
     ),
     (
+        r"The `srun` command is available on your system but is not used",
+        "Lightning, on any machine with SLURM installed: a run started without srun is a local run by choice; "
+        "crossmod's SLURM scripts launch with srun themselves (training/slurm.py checks the allocation)",
+    ),
+    (
         r"`is_gradient_checkpointing` is deprecated",
         "PEFT (peft_model.py) reads Transformers' former property name; crossmod uses the current one",
     ),
