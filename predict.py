@@ -6,7 +6,9 @@ file>, "lang"}` per line), or a shard directory written by crossmod. Output: one
 head's probability and the decision at the threshold (JSONL or CSV by the file extension).
 Inputs get the conversion's checks (paths inside their folder, image size, signature and decoding):
 a bad one stops the run naming file and line, or with `on_error=skip` is counted, listed and written
-to `<out>.skipped.jsonl`.
+to `<out>.skipped.jsonl`. Memes without text get their caption read off the image with `ocr=rapidocr`
+(or `tesseract`; written to the predictions as `ocr_text`, cached per image); a meme lacking an input the
+model reads (text, image) stops the run naming it and how to provide it, unless `allow_missing` lists it.
 """
 
 import json
@@ -21,8 +23,9 @@ import training.resolvers  # noqa: F401
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="predict")
 def main(cfg: DictConfig) -> None:
+    from datamodules.predict_inputs import check_inputs
     from training.artifacts import load_culture
-    from training.predicting import predict, read_inputs, write_predictions
+    from training.predicting import predict, read_captions, read_inputs, write_predictions
 
     try:
         inputs = read_inputs(str(cfg.inputs), cfg.splits, on_error=cfg.on_error, max_image_bytes=cfg.max_image_bytes)
@@ -32,6 +35,20 @@ def main(cfg: DictConfig) -> None:
     model, card = load_culture(cfg.adapters)
     if cfg.culture and cfg.culture != card["culture"]:
         raise ValueError(f"{cfg.adapters} is the {card['culture']} export, not {cfg.culture}")
+    if cfg.ocr:
+        from datamodules.ocr import CaptionReader, ocr_engine
+
+        reader = CaptionReader(ocr_engine(cfg.ocr, cfg.ocr_langs), Path(cfg.ocr_cache).expanduser() if cfg.ocr_cache else None)
+        read = read_captions(inputs, reader)
+        cached = f" ({reader.hits} from the cache {cfg.ocr_cache})" if cfg.ocr_cache else ""
+        print(f"[predict] {read} captions read off their images with {cfg.ocr}{cached}")
+    try:
+        allowed = check_inputs(inputs, model.preprocessor.needs, frozenset(cfg.allow_missing))
+    except ValueError as error:
+        print(f"[predict] error: {error}", file=sys.stderr)
+        sys.exit(1)
+    for name, ids in allowed.items():
+        print(f"[predict] warning: {len(ids)} memes scored without {name} (allow_missing)")
     rows = predict(model, inputs, cfg.batch_size, cfg.threshold)
     path = write_predictions(rows, Path(cfg.out))
     print(f"[predict] {inputs.read} inputs read = {len(rows)} memes scored + {len(inputs.skipped)} skipped, for {card['culture']} → {path}")

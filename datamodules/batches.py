@@ -11,7 +11,11 @@ from typing import Any, Protocol
 
 
 class Preprocessor(Protocol):
-    """What the model's side hands the data: per-sample preparation and batch collation."""
+    """What the model's side hands the data: per-sample preparation and batch collation, and which of a
+    meme's inputs (`text`, `image`) the model needs (a meme without one would be scored on nothing)."""
+
+    @property
+    def needs(self) -> frozenset[str]: ...
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]: ...
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]: ...

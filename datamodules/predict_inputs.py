@@ -135,3 +135,33 @@ def _from_shards(directory: Path | str, splits: list[str] | None, max_image_byte
         elif image is not None:
             problem = check_image(image)
         yield InputError(f"{directory}: sample {sample.get('id')}", problem) if problem else sample
+
+
+HOW_TO_PROVIDE = {
+    "text": "run with ocr=rapidocr (or ocr=tesseract) to read each caption off its image, or give the captions ('text' in a JSONL file)",
+    "image": "give the images ('image' paths in a JSONL file, or a folder of images)",
+}
+
+
+def missing_inputs(records: list[dict[str, Any]], needs: frozenset[str]) -> dict[str, list[str]]:
+    """Ids of the memes lacking each input the model reads (`text`: empty or blank, `image`: none)."""
+    lacking = {
+        "text": [str(r["id"]) for r in records if not str(r.get("text") or "").strip()],
+        "image": [str(r["id"]) for r in records if r.get("image") is None],
+    }
+    return {name: ids for name, ids in lacking.items() if name in needs and ids}
+
+
+def check_inputs(records: list[dict[str, Any]], needs: frozenset[str], allowed: frozenset[str] = frozenset()) -> dict[str, list[str]]:
+    """Stop, naming the input and how to provide it, when memes lack an input the model reads and the user
+    has not allowed that (`allow_missing`); return what is missing but allowed, to be reported."""
+    missing = missing_inputs(records, needs)
+    refused = {name: ids for name, ids in missing.items() if name not in allowed}
+    if refused:
+        name, ids = next(iter(refused.items()))
+        shown = ", ".join(ids[:5]) + (" …" if len(ids) > 5 else "")
+        raise ValueError(
+            f"{len(ids)} of {len(records)} memes have no {name} ({shown}), and this model reads the {name}: "
+            f"{HOW_TO_PROVIDE[name]}; or allow_missing=[{name}] to score them without it"
+        )
+    return missing

@@ -68,6 +68,11 @@ class MemePreprocessor:
             image_size = image_size or crop.get("height")
         self.image_size = image_size
 
+    @property
+    def needs(self) -> frozenset[str]:
+        """The meme inputs this model reads: text with a tokenizer, the image with a pixel pipeline."""
+        return frozenset({"text"} if self.tokenizer is not None else set()) | frozenset({"image"} if self.pixels is not None else set())
+
     def _pixels(self, sample: dict[str, Any]) -> torch.Tensor:
         data = sample.get("image")
         if data is None:  # text-only item: a placeholder keeps every rank calling the vision tower

@@ -15,7 +15,7 @@ import torch
 from datamodules.batches import SamplesToBatch
 from datamodules.predict_inputs import InputError, Inputs, read_inputs
 
-__all__ = ["InputError", "Inputs", "predict", "read_inputs", "write_predictions"]
+__all__ = ["InputError", "Inputs", "predict", "read_captions", "read_inputs", "write_predictions"]
 
 
 @torch.no_grad()
@@ -32,6 +32,8 @@ def predict(model: Any, records: list[dict[str, Any]], batch_size: int, threshol
         logits = model(batch)
         for i, record in enumerate(chunk):
             row: dict[str, Any] = {"id": record["id"]}
+            if "ocr_text" in record:
+                row["ocr_text"] = record["ocr_text"]
             for head, spec in model.heads.items():
                 prob = spec.probabilities(logits[head][i : i + 1].float())[0]
                 if spec.is_binary:
@@ -41,6 +43,17 @@ def predict(model: Any, records: list[dict[str, Any]], batch_size: int, threshol
                     row[f"{head}_probabilities"] = [round(float(p), 6) for p in prob]
             rows.append(row)
     return rows
+
+
+def read_captions(records: list[dict[str, Any]], reader: Any) -> int:
+    """Fill the text of every meme that has an image but no text with the caption OCR reads off it
+    (`ocr_text` too, for the predictions file); returns how many were read."""
+    count = 0
+    for record in records:
+        if not str(record.get("text") or "").strip() and record.get("image") is not None:
+            record["text"] = record["ocr_text"] = reader.read(record["image"])
+            count += 1
+    return count
 
 
 def write_predictions(rows: list[dict[str, Any]], path: Path) -> Path:

@@ -58,6 +58,11 @@ class VLMPreprocessor:
         self._option_ids: dict[str, tuple[int, int]] = {}
         self._template_checked = False
 
+    @property
+    def needs(self) -> frozenset[str]:
+        """The caption when the prompt shows it; an image-less meme gets the documented placeholder image."""
+        return frozenset({"text"}) if self.prompt.input in ("image_caption", "caption") else frozenset()
+
     def option_ids(self, lang: str) -> tuple[int, int]:
         """Token ids of (hate option, non-hate option) as the model's first answer token; each must be one token."""
         if lang not in self._option_ids:
