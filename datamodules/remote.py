@@ -208,19 +208,13 @@ def download(url: str, target: Path, size: int | None, sha256: str, retries: int
 
 def cached_copy(item: dict[str, Any], cache_dir: Path) -> Path:
     """The verified local copy of a remote shard item in `cache_dir`, downloaded once; a cached file of the
-    wrong size or checksum is replaced, never read."""
+    wrong size or checksum is replaced, never read. Checked here, before any sample is read from it."""
+    from datamodules.shards import sha256_file  # shards imports this module
+
     target = cache_dir / item["name"]
-    if target.is_file() and target.stat().st_size == item.get("bytes", target.stat().st_size) and _sha256(target) == item["sha256"]:
+    if target.is_file() and target.stat().st_size == item.get("bytes", target.stat().st_size) and sha256_file(target) == item["sha256"]:
         return target
     if target.exists():
         log.warning("%s: cached copy differs from the manifest (size or checksum); downloading it again", target)
         target.unlink()
     return download(item["url"], target, item.get("bytes"), item["sha256"], item.get("retries", RETRIES), item.get("backoff", BACKOFF_S))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()

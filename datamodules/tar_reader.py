@@ -191,7 +191,8 @@ def _members(shard: dict[str, Any]) -> Iterator[tuple[str, bytes]]:
     if not is_remote(url):
         yield from tar_members(url, sha256=shard.get("sha256"), size=shard.get("bytes"))
     elif shard.get("cache_dir"):
-        yield from tar_members(str(cached_copy(shard, Path(shard["cache_dir"]))), sha256=shard.get("sha256"), size=shard.get("bytes"))
+        # cached_copy has just checked the whole file's sha256: hashing it again while reading would be the same work twice
+        yield from tar_members(str(cached_copy(shard, Path(shard["cache_dir"]))), size=shard.get("bytes"))
     else:
         stream = RemoteStream(url, shard.get("bytes"), shard.get("retries", RETRIES), shard.get("backoff", BACKOFF_S))
         try:
