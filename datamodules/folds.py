@@ -61,7 +61,7 @@ def find_folds(manifest: dict[str, Any], num_folds: int, seed: int, splits: list
     return None
 
 
-def _inner_entry(entry: dict[str, Any], fold: int, share: float) -> dict[str, Any] | None:
+def find_inner_validation(entry: dict[str, Any], fold: int, share: float) -> dict[str, Any] | None:
     for inner in entry.get("inner", []):
         if inner["fold"] == fold and inner["share"] == share:
             return inner
@@ -70,7 +70,7 @@ def _inner_entry(entry: dict[str, Any], fold: int, share: float) -> dict[str, An
 
 def inner_validation(entry: dict[str, Any], fold: int, share: float) -> dict[str, Any]:
     """The stored inner validation split of outer fold `fold` (see `ensure_inner_validation`)."""
-    inner = _inner_entry(entry, fold, share)
+    inner = find_inner_validation(entry, fold, share)
     if inner is None:
         raise RuntimeError(f"no inner validation split for fold {fold} (share {share}) in the manifest; run prepare_data first")
     return inner
@@ -84,7 +84,7 @@ def ensure_inner_validation(directory: str | Path, entry: dict[str, Any], fold: 
     """
     if not 0 < share < 0.5:
         raise ValueError(f"cv.inner_share must be in (0, 0.5), got {share}")
-    existing = _inner_entry(entry, fold, share)
+    existing = find_inner_validation(entry, fold, share)
     if existing is not None:
         return existing
     directory = Path(directory)

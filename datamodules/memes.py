@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from datamodules.batches import Preprocessor, SamplesToBatch
 from datamodules.even_batches import EvenBatches, sum_over_ranks
-from datamodules.folds import ensure_folds, ensure_inner_validation, find_folds, iter_records
+from datamodules.folds import ensure_folds, ensure_inner_validation, find_folds, find_inner_validation, iter_records
 from datamodules.heads import Head, parse_heads
 from datamodules.one_block import one_block
 from datamodules.remote import BACKOFF_S, RETRIES, is_remote
@@ -197,9 +197,7 @@ class MemeDataModule(L.LightningDataModule):
             return manifest
         entry = find_folds(manifest, self.num_folds, self.fold_seed, self.fold_splits)
         needs_inner = rule_for(self.fold, self.selection, manifest, self.val_splits) == "inner"
-        if entry is None or (
-            needs_inner and not any(i["fold"] == self.fold and i["share"] == self.inner_share for i in entry.get("inner", []))
-        ):
+        if entry is None or (needs_inner and find_inner_validation(entry, self.fold, self.inner_share) is None):
             raise ValueError(
                 f"{self.dataset_dir}: the manifest has no fold assignment for num_folds={self.num_folds}, seed={self.fold_seed}"
                 f"{f' with an inner validation share of {self.inner_share}' if needs_inner else ''}, and a remote dataset is "
