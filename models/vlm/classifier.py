@@ -5,7 +5,7 @@
 log P(hate option) − log P(other option) for every head, so AUROC is defined and a base model scores
 memes zero-shot. Only LoRA weights (and heads) train; the base stays frozen and loadable from its
 own folder, so adapters and heads are saved and shipped on their own. What differs between families
-(module names behind the LoRA presets, position ids) comes from `models.vlm.families`.
+(module names behind the LoRA presets, the answer token) comes from `models.vlm.families`.
 """
 
 from __future__ import annotations
