@@ -3,24 +3,29 @@ scales the measurement to the published model sizes.
 
 What is measured. Between forward and backward a training step holds the tensors autograd saved for
 backward, plus (under activation checkpointing) the arguments each checkpointed layer keeps for its
-recomputation. Both are counted here, in bytes of distinct storages, with parameters and buffers left out
-(they are model states): `torch.autograd.graph.saved_tensors_hooks` sees every saved tensor outside a
-checkpointed region, and a forward pre-hook on every checkpointed layer sees what it keeps. For a fixed
-dtype and attention algorithm these bytes do not depend on the hardware, so a CPU measures them exactly;
-a GPU's allocator rounding, its workspace and the transients of backward are not in them (docs/performance.md).
+recomputation. Both are seen here, with parameters and buffers left out (they are model states):
+`torch.autograd.graph.saved_tensors_hooks` sees every tensor saved outside a checkpointed region, and a
+forward pre-hook on every checkpointed layer sees the arguments it is called with. Only what is still alive
+when backward starts counts, in bytes of distinct storages: a checkpointed layer whose region saved nothing
+for backward (a frozen vision block whose input needs no grad) drops its arguments as soon as it returns,
+so they were seen but are not held. For a fixed dtype and attention algorithm these bytes do not depend on
+the hardware, so a CPU measures them exactly; a GPU's allocator rounding, its workspace and the transients
+of backward are not in them (docs/performance.md).
 
-The model is crossmod's own `models.vlm.classifier.VLMClassifier` (LoRA presets, dropout, checkpointing
-and its `enable_input_require_grads` as training uses them) on a small random Qwen2-VL / Qwen2.5-VL saved
-to a folder, with the culture heads of `models.heads.HeadLayers`. Two dtype regimes, as the strategies run:
-- `mixed`: bf16 weights, PEFT's fp32 LoRA weights, bf16 autocast (Lightning `bf16-mixed`: one GPU, strategy=ddp);
-- `bf16`: every weight bf16, no autocast (DeepSpeed's engine casts the module's parameters when `bf16.enabled`).
-The heads stay fp32 in both (a few kB either way; under DeepSpeed bf16 they would receive the backbone's fp32
-features with bf16 weights, which `F.linear` refuses).
+The model is crossmod's own `models.vlm.classifier.VLMClassifier` (LoRA presets, dropout and checkpointing
+as training uses them; under checkpointing no input embedding is hooked to require grad) on a small random
+Qwen2-VL / Qwen2.5-VL saved to a folder, with the culture heads of `models.heads.HeadLayers`. Two dtype
+regimes, as the strategies run:
+- `mixed`: bf16 weights, PEFT's fp32 LoRA weights and fp32 heads, bf16 autocast (Lightning `bf16-mixed`:
+  one GPU, strategy=ddp);
+- `bf16`: every weight bf16, the heads' included, no autocast (DeepSpeed's engine casts the module's
+  parameters when `bf16.enabled`; the heads cast the backbone's fp32 features to their own dtype).
 """
 
 from __future__ import annotations
 
 import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,9 @@ PATCH, MERGE, TEMPORAL = 14, 2, 2  # Qwen2-VL and Qwen2.5-VL vision: 14 px patch
 
 @dataclass(frozen=True)
 class Dims:
-    """The sizes the formula reads from a Qwen2-VL / Qwen2.5-VL config."""
+    """The sizes of a Qwen2-VL / Qwen2.5-VL config: the language model's, which the formula reads, and the
+    vision tower's, kept in the record because the validation sizes differ in them too (the frozen tower holds
+    nothing from forward to backward)."""
 
     family: str  # qwen2_vl | qwen2_5_vl
     hidden: int
@@ -100,38 +107,31 @@ def decoder_layer_bytes(dims: Dims, tokens: int, regime: str, lora_r: int = LORA
     return tokens * per_token + weight_copies
 
 
-def vision_checkpoint_bytes(dims: Dims, patches: int) -> int:
-    """What the frozen vision tower holds under activation checkpointing, per image.
-
-    Transformers' `enable_input_require_grads` (which checkpointing and VLMClassifier call) makes the output
-    of every input embedding require grad, the vision tower's patch embedding included. The checkpointed
-    vision blocks then keep their inputs (bf16, one patch × width each) and the rotary cos/sin (fp32), and the
-    merger saves its norm's input and statistics and its GELU's input.
-    """
-    width, rotary = dims.vision_width, dims.vision_width // dims.vision_heads
-    kept = dims.vision_depth * patches * width * 2 + 2 * patches * rotary * 4 + 2 * 4  # + cu_seqlens (int32)
-    gelu_input = patches * width * 2  # (patches / 4) merged rows × 4·width
-    if dims.family == "qwen2_vl":  # LayerNorm: bf16 input, bf16 mean and rstd
-        merger = patches * width * 2 + 2 * patches * 2 + gelu_input
-    else:  # RMSNorm: fp32 input and rstd; the window order and its inverse (int64, per merged token)
-        merger = patches * width * 4 + patches * 4 + gelu_input + 2 * (patches // 4) * 8
-    return kept + merger
-
-
 def head_bytes(dims: Dims, regime: str, heads: int = len(HEADS)) -> int:
-    """The culture heads' saved input (the last token's fp32 features, or their bf16 autocast copy and the
-    weight's) and the two int64 indices that pick the last token."""
-    features = 2 * dims.hidden + 2 * heads * dims.hidden if regime == "mixed" else 4 * dims.hidden
+    """The culture heads' saved input and the two int64 indices that pick the last token.
+
+    The heads cast the backbone's fp32 features to their weight's dtype. `mixed`: fp32 heads, so the features
+    stay fp32 and autocast saves their bf16 copy and the weight's. `bf16`: DeepSpeed's bf16 heads save the
+    features' bf16 cast (before the heads took their own dtype they saved the fp32 features, 4h).
+    """
+    features = 2 * dims.hidden + 2 * heads * dims.hidden if regime == "mixed" else 2 * dims.hidden
     return features + 2 * 8
 
 
-def held_bytes(dims: Dims, tokens: int, patches: int, regime: str, checkpointing: bool) -> int:
-    """Bytes one meme holds from forward to backward (the formula; `measure_held_bytes` counts them)."""
+def held_bytes(dims: Dims, tokens: int, regime: str, checkpointing: bool) -> int:
+    """Bytes one meme holds from forward to backward (the formula; `measure_held_bytes` counts them). The image
+    enters only through its tokens: the frozen vision tower holds nothing, with or without checkpointing."""
     h, rotary = dims.hidden, 2 * tokens * dims.head_dim * 2  # the language model's M-RoPE cos and sin, bf16
     final_norm = tokens * (4 * h + 4)
-    if checkpointing:  # each decoder layer keeps its bf16 input; the merged image tokens' mask (bool) is saved
-        language = dims.layers * tokens * 2 * h + rotary + final_norm + tokens
-        return language + vision_checkpoint_bytes(dims, patches) + head_bytes(dims, regime)
+    if checkpointing:
+        # Each decoder layer keeps its bf16 input for the recomputation, the first one's included: the LoRA
+        # weights inside its region require grad, so the region saves and its checkpoint stays alive although
+        # its input does not require grad. Nothing else of the embeddings is held: the frozen vision tower's
+        # output needs no grad (no input embedding is hooked to require it), so its checkpointed blocks save
+        # nothing and drop their inputs, the merger saves nothing, and scattering the image tokens into the
+        # text saves no mask.
+        language = dims.layers * tokens * 2 * h + rotary + final_norm
+        return language + head_bytes(dims, regime)
     # The first layer's input needs no grad (the tower is frozen and no embedding hook is set): its input
     # norm and its LoRA dropout masks are not saved, nor (under autocast) the bf16 copies of lora_A's weights.
     first_layer_unsaved = tokens * ((4 * h + 4) + 2 * (4 * h if regime == "mixed" else 2 * h))
@@ -140,11 +140,11 @@ def held_bytes(dims: Dims, tokens: int, patches: int, regime: str, checkpointing
     return layers + rotary + final_norm + head_bytes(dims, regime)
 
 
-def peak_bytes(dims: Dims, tokens: int, patches: int, regime: str, checkpointing: bool, batch: int) -> dict[str, int]:
+def peak_bytes(dims: Dims, tokens: int, regime: str, checkpointing: bool, batch: int) -> dict[str, int]:
     """Activation bytes of a micro-batch: what is held, plus one decoder layer's saved set as the allowance for
     backward's working set (under checkpointing: the layer being recomputed). Per-batch constants are counted
     once per meme, which overstates them by a few kB."""
-    held = batch * held_bytes(dims, tokens, patches, regime, checkpointing)
+    held = batch * held_bytes(dims, tokens, regime, checkpointing)
     working = batch * decoder_layer_bytes(dims, tokens, regime)
     return {"held": held, "working": working, "total": held + working}
 
@@ -233,24 +233,21 @@ def measure_held_bytes(folder: Path, batch: dict[str, torch.Tensor], regime: str
         str(folder), HEADS, lora=dict(LORA), gradient_checkpointing=checkpointing, dtype="bfloat16", attn_implementation="sdpa"
     )
     heads = HeadLayers(backbone.output_dim, parse_heads(HEADS))
-    if regime == "bf16":  # as DeepSpeed's engine casts the module: parameters only, fp32 buffers kept
-        for parameter in backbone.parameters():
+    if regime == "bf16":  # as DeepSpeed's engine casts the module (heads included): parameters only, fp32 buffers kept
+        for parameter in (*backbone.parameters(), *heads.parameters()):
             parameter.data = parameter.data.to(torch.bfloat16)
     backbone.train()
-    excluded = {t.untyped_storage().data_ptr() for m in (backbone, heads) for t in (*m.parameters(), *m.buffers())}
-    held: dict[int, int] = {}
+    seen: list[weakref.ref[torch.Tensor]] = []  # weak: seeing a tensor must not keep it alive
 
-    def count(tensor: torch.Tensor) -> None:
-        storage = tensor.untyped_storage()
-        if storage.nbytes() and storage.data_ptr() not in excluded:
-            held.setdefault(storage.data_ptr(), storage.nbytes())
+    def see(tensor: torch.Tensor) -> None:
+        seen.append(weakref.ref(tensor))
 
     def kept_by_checkpoint(module, args, kwargs) -> None:
         if module.gradient_checkpointing and module.training:
             for value in (*args, *kwargs.values()):
                 for item in value if isinstance(value, (tuple, list)) else (value,):
                     if isinstance(item, torch.Tensor):
-                        count(item)
+                        see(item)
 
     hooks = [
         m.register_forward_pre_hook(kept_by_checkpoint, with_kwargs=True)
@@ -258,13 +255,28 @@ def measure_held_bytes(folder: Path, batch: dict[str, torch.Tensor], regime: str
         if isinstance(m, GradientCheckpointingLayer)
     ]
     try:
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: (count(t), t)[1], lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: (see(t), t)[1], lambda t: t):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=regime == "mixed"):
                 logits = heads(backbone(batch))
+        held = alive_storage_bytes(seen, excluded=(backbone, heads))
         torch.stack([value.float().sum() for value in logits.values()]).sum().backward()
     finally:
         for hook in hooks:
             hook.remove()
+    return held
+
+
+def alive_storage_bytes(tensors: list[weakref.ref[torch.Tensor]], excluded: tuple[torch.nn.Module, ...]) -> int:
+    """Bytes of the distinct storages behind the tensors still alive, the modules' parameters and buffers left
+    out. Counted while all of them are alive at once, so no two distinct storages share an address."""
+    parameters = {t.untyped_storage().data_ptr() for m in excluded for t in (*m.parameters(), *m.buffers())}
+    held: dict[int, int] = {}
+    for ref in tensors:
+        tensor = ref()
+        if tensor is not None:
+            storage = tensor.untyped_storage()
+            if storage.nbytes() and storage.data_ptr() not in parameters:
+                held.setdefault(storage.data_ptr(), storage.nbytes())
     return sum(held.values())
 
 
@@ -307,7 +319,7 @@ def validate(sizes: tuple[ValidationSize, ...] = VALIDATION, workdir: Path | Non
             for regime in REGIMES:
                 for checkpointing in (False, True):
                     measured = measure_held_bytes(folder, batch, regime, checkpointing)
-                    predicted = held_bytes(dims, tokens, patches, regime, checkpointing)
+                    predicted = held_bytes(dims, tokens, regime, checkpointing)
                     rows.append(
                         {
                             "size": size.name,

@@ -39,7 +39,6 @@ from bench.activation_memory import (  # noqa: E402
     image_patches,
     peak_bytes,
     sequence_tokens,
-    vision_checkpoint_bytes,
 )
 
 GIB = 2**30  # DeepSpeed's estimators print GB = 2**30 bytes; so does this plan
@@ -250,9 +249,8 @@ def plan(
         dims = Dims.from_config(build_config(model))
         per_meme = {
             regime: {
-                "held_bytes": held_bytes(dims, tokens, patches, regime, False),
-                "held_checkpointing_bytes": held_bytes(dims, tokens, patches, regime, True),
-                "vision_checkpointing_bytes": vision_checkpoint_bytes(dims, patches),
+                "held_bytes": held_bytes(dims, tokens, regime, False),
+                "held_checkpointing_bytes": held_bytes(dims, tokens, regime, True),
                 "decoder_layer_bytes": decoder_layer_bytes(dims, tokens, regime),
             }
             for regime in REGIMES
@@ -264,7 +262,7 @@ def plan(
                 states = lora_model_states(counts, strategy, gpus)
                 estimate = estimates.get(strategy)
                 for checkpointing in (False, True):
-                    activations = peak_bytes(dims, tokens, patches, regime, checkpointing, BATCH_PER_GPU)
+                    activations = peak_bytes(dims, tokens, regime, checkpointing, BATCH_PER_GPU)
                     total = states["gpu"] + activations["total"]
                     rows.append(
                         {

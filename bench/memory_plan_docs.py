@@ -45,14 +45,14 @@ def parameter_table(models: list[dict[str, Any]]) -> str:
 
 def activation_table(models: list[dict[str, Any]]) -> str:
     lines = [
-        "| model | regime | held, no ckpt (MB) | held, ckpt (MB) | of which frozen vision tower (MB) | one decoder layer (MB) |",
-        "|---|---|---|---|---|---|",
+        "| model | regime | held, no ckpt (MB) | held, ckpt (MB) | one decoder layer (MB) |",
+        "|---|---|---|---|---|",
     ]
     for m in models:
         for regime, a in m["activations_per_meme"].items():
             lines.append(
                 f"| {m['name'].split('/')[-1]} | {regime} | {a['held_bytes'] / 1e6:,.0f} | {a['held_checkpointing_bytes'] / 1e6:,.0f} "
-                f"| {a['vision_checkpointing_bytes'] / 1e6:,.0f} | {a['decoder_layer_bytes'] / 1e6:,.0f} |"
+                f"| {a['decoder_layer_bytes'] / 1e6:,.0f} |"
             )
     return "\n".join(lines)
 

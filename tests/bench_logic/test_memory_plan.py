@@ -12,6 +12,7 @@ import torch
 from bench.activation_memory import (
     SMOKE_VALIDATION,
     Dims,
+    alive_storage_bytes,
     held_bytes,
     measure_held_bytes,
     meme_batch,
@@ -116,6 +117,18 @@ def test_activation_formula_matches_saved_tensor_bytes_on_two_sizes():
     assert by[("B", "mixed", False)] > by[("B", "bf16", False)]  # fp32 adapters keep fp32 dropout masks
 
 
+def test_only_storages_still_alive_are_held():
+    """Seen and freed (a frozen checkpointed block's input) is not held; a view counts its storage once; a
+    parameter is a model state."""
+    import weakref
+
+    layer = torch.nn.Linear(4, 4)
+    kept, freed = torch.zeros(10), torch.zeros(100)
+    seen = [weakref.ref(t) for t in (kept, kept[:5], freed, layer.weight)]
+    del freed
+    assert alive_storage_bytes(seen, excluded=(layer,)) == 10 * 4
+
+
 def test_measurement_tells_the_regimes_apart(tmp_path):
     """The measurement is sharp enough to reject a wrong formula: the `mixed` prediction misses `bf16` by > 3 %."""
     size = SMOKE_VALIDATION[1]
@@ -123,7 +136,7 @@ def test_measurement_tells_the_regimes_apart(tmp_path):
     folder = save_random_model(config, tmp_path / "model")
     batch = meme_batch(config, size.grid, size.text_tokens)
     measured = measure_held_bytes(folder, batch, "bf16", checkpointing=False)
-    wrong = held_bytes(Dims.from_config(config), batch["input_ids"].shape[1], size.grid**2, "mixed", False)
+    wrong = held_bytes(Dims.from_config(config), batch["input_ids"].shape[1], "mixed", False)
     assert abs(wrong / measured - 1) > 0.03
     with pytest.raises(ValueError, match="regime"):
         measure_held_bytes(folder, batch, "fp16", checkpointing=False)
