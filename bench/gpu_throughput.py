@@ -1,0 +1,366 @@
+"""Qwen2-VL LoRA training throughput and MFU on GPUs, under crossmod's DDP and DeepSpeed ZeRO-3 strategies.
+
+    python bench/gpu_throughput.py [--config qwen2-vl-7b] [--strategies ddp,deepspeed_zero3] [--devices 8]
+                                   [--batch-size 16] [--image-size 512] [--text-tokens 64] [--steps 30] [--warmup 5]
+    python bench/gpu_throughput.py --smoke        # on a GPU: the tiny config, a few steps (the `gpu` test)
+    python bench/gpu_throughput.py --cpu-smoke    # no GPU: the whole script on the tiny config on CPU (CI)
+
+Without CUDA the script refuses (exit code 2) unless `--cpu-smoke` is given; a CPU smoke run writes to
+bench/results/smoke/ and its MFU is against a stated nominal CPU figure, flagged as not a GPU result.
+
+What runs, per strategy, in its own process (Lightning launches one rank per device): the model built at
+random from the published config (`bench.vlm_configs`, no download; bf16 weights on GPU, flash-attention 2
+when `flash_attn` imports, else SDPA: crossmod's `attn_implementation=auto`), frozen, PEFT LoRA on the
+language model's q,v (r 8, α 16, dropout 0.05: `model=vlm`'s preset via `models.vlm.families`), crossmod's
+head layer and masked loss on the last token's hidden state (the `head` readout of `VLMClassifier`),
+AdamW lr 2e-4, trained by a Lightning `Trainer` whose strategy is instantiated from `configs/strategy/<name>.yaml`
+(`trainer=gpu`: bf16-mixed). Under ZeRO-3 the model is built inside the strategy's sharded context with
+Transformers told the DeepSpeed config, as `MemeClassifier.configure_model` does. The memes are identical
+pre-built tensors of one length (no padding; data loading is measured by bench/data_loading.py).
+
+Measured: wall time of the steps after `--warmup` (CUDA synchronised at every step end), split into
+`--repeats` equal windows; memes/s and tokens/s over all ranks; peak `torch.cuda.max_memory_allocated` over
+ranks. Computed: model FLOPs per meme (`bench.vlm_flops.count_flops`), MFU = model FLOP/s per device / the
+device's peak dense bf16 FLOP/s (`bench.mfu.PEAK_BF16`, with sources).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ROOT, Result, compose, parser, repeats  # noqa: E402
+
+NAME = "gpu_throughput"
+STRATEGIES = ("ddp", "deepspeed_zero3")
+CULTURES = ("US", "DE", "MX", "IN", "CN")
+HEADS = {culture: {"kind": "binary"} for culture in CULTURES}
+LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05}
+LR = 2e-4
+NO_CUDA = (
+    "bench/gpu_throughput.py measures training throughput and MFU on GPUs and needs a CUDA device, but "
+    "torch.cuda.is_available() is False on this machine. Run it on a GPU machine, or pass --cpu-smoke to run "
+    "the whole script on a tiny config on CPU (its figures are then not GPU measurements)."
+)
+
+
+def arguments(argv: list[str] | None = None):
+    from bench.vlm_configs import PUBLISHED
+
+    p = parser("Qwen2-VL LoRA training throughput and MFU on GPUs (DDP, DeepSpeed ZeRO-3)", default_repeats=3)
+    p.add_argument("--cpu-smoke", action="store_true", help="the tiny config on CPU, results to bench/results/smoke/ (no GPU figure)")
+    p.add_argument("--config", default="qwen2-vl-7b", choices=sorted(PUBLISHED))
+    p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated configs/strategy/ names")
+    p.add_argument("--devices", type=int, default=None, help="GPUs per run (default: all visible)")
+    p.add_argument("--batch-size", type=int, default=16, help="memes per device per step")
+    p.add_argument("--image-size", type=int, default=512)
+    p.add_argument("--text-tokens", type=int, default=64, help="non-image tokens per meme (prompt, caption, template)")
+    p.add_argument("--steps", type=int, default=30, help="measured steps (split into --repeats windows)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s for a device the table lacks")
+    p.add_argument("--worker", default=None, help=argparse_hidden())
+    p.add_argument("--worker-out", type=Path, default=None, help=argparse_hidden())
+    args = p.parse_args(argv)
+    if args.smoke or args.cpu_smoke:  # the tiny config (bench.flop_counter_check.small_config), a few short steps
+        args.batch_size, args.steps, args.warmup = min(args.batch_size, 2), min(args.steps, 6), 1
+        args.repeats = args.repeats or 3
+    if args.cpu_smoke:
+        args.smoke = True  # never the committed results
+    return args
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+# ---------------------------------------------------------------------------------------------- worker
+def model_config(args) -> Any:
+    from bench.flop_counter_check import small_config
+    from bench.vlm_configs import named_config
+
+    return small_config("qwen2_vl") if args.smoke else named_config(args.config)
+
+
+def image_and_text(args) -> tuple[int, int]:
+    from bench.flop_counter_check import SMALL_IMAGE, SMALL_TEXT_TOKENS
+
+    return (SMALL_IMAGE, SMALL_TEXT_TOKENS) if args.smoke else (args.image_size, args.text_tokens)
+
+
+class _Memes:
+    """A map-style dataset of one pre-built meme repeated (every meme the same length: no padding)."""
+
+    def __init__(self, config: Any, image_size: int, text_tokens: int, length: int) -> None:
+        from bench.flop_counter_check import meme_inputs
+
+        self.meme = meme_inputs(config, image_size, text_tokens)
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.meme
+
+
+def collate(memes: list[dict[str, Any]]) -> dict[str, Any]:
+    import torch
+
+    batch = {
+        k: torch.cat([m[k] for m in memes]) for k in ("input_ids", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw")
+    }
+    batch["labels"] = {culture: torch.randint(0, 2, (len(memes),)).float() for culture in CULTURES}
+    return batch
+
+
+def lora_module(config: Any, attn_implementation: str, weights_dtype: Any):
+    """crossmod's VLM `head` training step (VLMClassifier + HeadLayers + masked loss) on a model built from a config."""
+    import lightning as L
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from datamodules.heads import parse_heads
+    from models.heads import HeadLayers, masked_loss
+    from models.sharding import tell_transformers, zero3_config
+    from models.vlm.classifier import last_token_index, model_inputs
+    from models.vlm.families import family_named
+
+    heads = parse_heads(HEADS)
+
+    class LoRATrainingStep(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = None
+            self.head_layers = HeadLayers(config.get_text_config().hidden_size, heads)
+
+        def configure_model(self) -> None:
+            if self.model is not None:
+                return
+            deepspeed = zero3_config(self.trainer.strategy)
+            if deepspeed is not None:  # kept alive with the model: Transformers holds it by weak reference
+                self._transformers_zero3 = tell_transformers(deepspeed)
+            model = AutoModelForImageTextToText.from_config(config, dtype=weights_dtype, attn_implementation=attn_implementation)
+            model.requires_grad_(False)
+            targets = family_named("qwen2_vl").targets("qv")
+            self.model = get_peft_model(model, LoraConfig(target_modules=targets, bias="none", **LORA))
+
+        def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+            hidden = self.model.get_base_model().model(**model_inputs(batch)).last_hidden_state
+            rows = torch.arange(hidden.shape[0], device=hidden.device)
+            logits = self.head_layers(hidden[rows, last_token_index(batch["attention_mask"])].float())
+            return torch.stack([masked_loss(logits[name], batch["labels"][name], head)[0] for name, head in heads.items()]).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW([p for p in self.parameters() if p.requires_grad], lr=LR, weight_decay=0.0)
+
+    return LoRATrainingStep()
+
+
+def strategy_and_precision(name: str, batch_size: int, cpu: bool) -> tuple[Any, str]:
+    """The strategy as `train.py strategy=<name>` instantiates it (trainer=gpu: bf16-mixed; trainer=cpu: 32-true)."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    cfg = compose([f"trainer={'cpu' if cpu else 'gpu'}", f"strategy={name}", f"data.batch_size={batch_size}"])
+    return instantiate(cfg.trainer.strategy), OmegaConf.select(cfg, "trainer.precision")
+
+
+def run_worker(args) -> None:
+    """One strategy's training run (every rank executes this); rank 0 writes the measurements to --worker-out."""
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import Callback
+
+    from models.vlm.classifier import resolve_attn_implementation
+
+    cpu = args.cpu_smoke
+    if cpu:
+        torch.set_num_threads(1)  # two threads on two shared cores made steps erratic (bench/README.md)
+    config = model_config(args)
+    image_size, text_tokens = image_and_text(args)
+    attention = "sdpa" if cpu else resolve_attn_implementation("auto")
+    strategy, precision = strategy_and_precision(args.worker, args.batch_size, cpu)
+    devices = 1 if cpu else args.devices or torch.cuda.device_count()
+
+    class StepEnds(Callback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_train_batch_end(self, *unused: Any) -> None:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.ends.append(time.perf_counter())
+
+    timer = StepEnds()
+    trainer = L.Trainer(
+        accelerator="cpu" if cpu else "gpu",
+        devices=devices,
+        strategy=strategy,
+        precision=precision,
+        max_steps=args.warmup + args.steps,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+    )
+    module = lora_module(config, attention, torch.float32 if cpu else torch.bfloat16)
+    length = (args.warmup + args.steps + 1) * args.batch_size * devices
+    loader = torch.utils.data.DataLoader(_Memes(config, image_size, text_tokens, length), batch_size=args.batch_size, collate_fn=collate)
+    error = None
+    try:
+        trainer.fit(module, train_dataloaders=loader)
+    except torch.cuda.OutOfMemoryError as oom:
+        error = f"CUDA out of memory at batch size {args.batch_size} per device: {str(oom).splitlines()[0]}"
+    peak = torch.tensor([torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0], device=trainer.strategy.root_device)
+    peaks = trainer.strategy.all_gather(peak).flatten().tolist() if error is None else [int(peak.item())]
+    if trainer.global_rank == 0:
+        out = {
+            "strategy": args.worker,
+            "world_size": trainer.world_size,
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+            "attn_implementation": attention,
+            "precision": precision,
+            "batch_size_per_device": args.batch_size,
+            "step_ends": timer.ends,
+            "peak_memory_bytes_per_rank": [int(p) for p in peaks],
+            "peak_rss_bytes": _peak_rss() if cpu else None,
+            "error": error,
+        }
+        args.worker_out.write_text(json.dumps(out))
+    if error is not None:
+        raise SystemExit(3)
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
+# ---------------------------------------------------------------------------------------------- report
+def report(runs: dict[str, dict[str, Any]], errors: dict[str, str], args) -> None:
+    import torch
+
+    from bench.mfu import CPU_NOMINAL, format_report, measurement_windows, override_peak, peak_for, throughput_report
+    from bench.vlm_flops import count_flops
+
+    image_size, text_tokens = image_and_text(args)
+    config = model_config(args)
+    flops = count_flops(config, image_size, text_tokens, "qv", LORA["r"], "head")
+    config_name = "tiny qwen2_vl (bench.flop_counter_check.small_config)" if args.smoke else args.config
+    result = Result(
+        NAME,
+        f"How fast does crossmod train the {config_name} LoRA classifier per GPU under DDP and ZeRO-3, and at what MFU?",
+        args,
+        {
+            "config": config_name,
+            "image_size": image_size,
+            "text_tokens": text_tokens,
+            "sequence_tokens": flops.sequence,
+            "batch_size_per_device": args.batch_size,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "model_tflops_per_meme": flops.train / 1e12,
+            "cpu_smoke": bool(args.cpu_smoke),
+        },
+    )
+    result.payload["flops"] = flops.as_dict()
+    per_window: dict[str, list[float]] = {}
+    for name, run in runs.items():
+        device = run["device"]
+        if args.cpu_smoke:
+            peak = CPU_NOMINAL
+        elif args.peak_tflops:
+            peak = override_peak(device, args.peak_tflops)
+        else:
+            peak = peak_for(device)
+        parts = measurement_windows(run["step_ends"], args.warmup, repeats(args), run["batch_size_per_device"] * run["world_size"])
+        fused = run["attn_implementation"] in ("sdpa", "flash_attention_2")
+        peak_memory = max(run["peak_memory_bytes_per_rank"]) or None
+        whole = throughput_report(flops, sum(m for m, _ in parts), sum(s for _, s in parts), run["world_size"], peak, fused, peak_memory)
+        per_window[name] = [m / s for m, s in parts]
+        print(f"[{NAME}] {format_report(name, whole)}")
+        extra = {k: v for k, v in whole.items() if k not in ("memes", "seconds")}
+        if run["peak_rss_bytes"]:
+            extra["peak_rss_bytes_cpu_process"] = run["peak_rss_bytes"]  # host memory of the CPU smoke run, not GPU memory
+        result.variant(name, "memes/s", per_window[name], device=device, attn_implementation=run["attn_implementation"], **extra)
+        if peak is None:
+            result.note(f"{name}: no peak bf16 figure for {device!r} in bench/mfu.py; pass --peak-tflops to get MFU.")
+    if "ddp" in per_window and "deepspeed_zero3" in per_window:
+        ratio = result.paired(
+            "deepspeed_zero3/ddp", per_window["deepspeed_zero3"], per_window["ddp"], "ZeRO-3 memes/s / DDP memes/s, same window"
+        )
+        result.row(f"{config_name} LoRA step, memes/s", "deepspeed_zero3", "ddp", "deepspeed_zero3/ddp")
+        result.finding(f"ZeRO-3 trains at {ratio:.2f}× DDP's memes/s ({statistics.median(per_window['ddp']):.2f} memes/s under DDP).")
+    for name, error in errors.items():
+        result.note(f"{name} did not complete: {error}")
+    if args.cpu_smoke:
+        result.note("CPU smoke run: the tiny config on CPU, MFU against a nominal 1 TFLOP/s CPU figure. Not a GPU measurement.")
+    else:
+        result.note(f"Measured on {torch.cuda.get_device_name(0)}; FLOPs per meme are counted (bench/vlm_flops.py), not measured.")
+    result.write()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
+    if args.worker:
+        run_worker(args)
+        return
+    import torch
+
+    if not args.cpu_smoke and not torch.cuda.is_available():
+        print(NO_CUDA, file=sys.stderr)
+        raise SystemExit(2)
+    forwarded = _without_out(argv if argv is not None else sys.argv[1:])
+    runs: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.strategies.split(","):
+            out = Path(tmp) / f"{name}.json"
+            command = [sys.executable, __file__, *forwarded, "--worker", name, "--worker-out", str(out)]
+            print(f"[{NAME}] {name}: {' '.join(command[1:])}", flush=True)
+            env = {**os.environ, "WANDB_MODE": "disabled"}
+            if args.cpu_smoke:  # else Lightning's DDP sets cores/processes threads: 2 on 2 shared cores, 35× slower steps
+                env["OMP_NUM_THREADS"] = "1"
+            done = subprocess.run(command, cwd=ROOT, env=env)
+            run = json.loads(out.read_text()) if out.exists() else None
+            if run is None or run.get("error"):
+                errors[name] = run["error"] if run else f"worker exited with code {done.returncode} without a result"
+                print(f"[{NAME}] {name}: {errors[name]}", file=sys.stderr)
+                continue
+            runs[name] = run
+    if not runs:
+        raise SystemExit(f"[{NAME}] no strategy completed: {errors}")
+    report(runs, errors, args)
+
+
+def _without_out(argv: list[str]) -> list[str]:
+    """The command line minus `--out <file>` (workers write to their own temporary file)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            out.append(arg)
+    return out
+
+
+if __name__ == "__main__":
+    main()
