@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from PIL import Image
 
-from models.preprocess import label_tensors
+from datamodules.heads import label_tensors
 
 
 class ConventionalPreprocessing:

@@ -20,6 +20,8 @@ class Preprocessor(Protocol):
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]: ...
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]: ...
 
+    # Optional: `length(sample) -> int`, the tokens a meme takes in a batch, for `data.group_by_length`.
+
 
 class SamplesToBatch:
     """Sample dicts → one batch: each sample prepared by the preprocessor, then collated together."""

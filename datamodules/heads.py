@@ -73,3 +73,8 @@ def parse_heads(specs: HeadSpecs) -> dict[str, Head]:
 def label_mask(target: torch.Tensor) -> torch.Tensor:
     """Items annotated for a head: labels are -1 where the source gave None."""
     return target[..., 0] >= 0 if target.dim() == 2 else target >= 0
+
+
+def label_tensors(features: list[dict[str, Any]], heads: dict[str, Head]) -> dict[str, torch.Tensor]:
+    """A batch's labels: one tensor per head (`Head.labels`: -1 where the head was not annotated)."""
+    return {name: head.labels([f["labels"].get(name) for f in features]) for name, head in heads.items()}

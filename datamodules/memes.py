@@ -27,6 +27,8 @@ from datamodules.batches import Preprocessor, SamplesToBatch
 from datamodules.even_batches import EvenBatches, sum_over_ranks
 from datamodules.folds import ensure_folds, ensure_inner_validation, find_folds, find_inner_validation, iter_records
 from datamodules.heads import Head, parse_heads
+from datamodules.length_groups import LengthGroupedBatches
+from datamodules.ocr import CaptionsFromImages
 from datamodules.one_block import one_block
 from datamodules.remote import BACKOFF_S, RETRIES, is_remote
 from datamodules.sample import decode_shard_entry
@@ -95,6 +97,9 @@ class MemeDataModule(L.LightningDataModule):
         cache_dir: str | None = None,
         remote_retries: int = RETRIES,
         remote_backoff: float = BACKOFF_S,
+        ocr: dict[str, Any] | None = None,
+        group_by_length: bool = False,
+        length_groups: int = 50,
     ) -> None:
         """`raw_dir` and `on_error` are config handles (`data.raw_dir=…`, `data.on_error=skip`) that data
         configs pass on to their source; skipping bad inputs is allowed when `allow_skip`, `on_error`
@@ -107,6 +112,10 @@ class MemeDataModule(L.LightningDataModule):
         Multi3Hate's annotation statistics from evaluation; data code imports nothing above it).
         `shard_dir` may be a URL (`datamodules.remote`): shards stream from it, each downloaded once into
         `cache_dir` when one is given; `remote_retries` / `remote_backoff` govern reading after a failure.
+        `ocr` ({engine, langs, cache}) reads the caption of every meme without text off its image during
+        conversion (datamodules/ocr.py), for datasets that ship images only. `group_by_length` batches
+        training memes of similar token counts from buffers of `length_groups` batches
+        (datamodules/length_groups.py), so batches compute less padding; evaluation batches are unchanged.
         """
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -118,6 +127,8 @@ class MemeDataModule(L.LightningDataModule):
         if fold is not None and not 0 <= fold < num_folds:
             raise ValueError(f"fold={fold} is outside 0..{num_folds - 1} (num_folds={num_folds})")
         check_selection(selection)
+        if ocr and source is not None:
+            source = CaptionsFromImages(source, **ocr)
         self.selection, self.inner_share = selection, inner_share
         self.heads = parse_heads(heads)
         self.source, self.fold, self.num_folds, self.fold_seed = source, fold, num_folds, fold_seed
@@ -134,6 +145,7 @@ class MemeDataModule(L.LightningDataModule):
         # Set by the driver: whether the strategy shards parameters, so eval forwards are collectives.
         self.lockstep_eval_under_sharding = False
         self.cache_dir, self.remote_retries, self.remote_backoff = cache_dir, remote_retries, remote_backoff
+        self.group_by_length, self.length_groups = group_by_length, length_groups
         self.dataset_dir: Path | str
         if shard_dir is not None:
             self.dataset_dir = str(shard_dir) if is_remote(shard_dir) else Path(shard_dir)
@@ -176,6 +188,12 @@ class MemeDataModule(L.LightningDataModule):
                     progress_every=1000,
                 )
                 print(conversion_summary(manifest), flush=True)
+                if isinstance(self.source, CaptionsFromImages):
+                    found = self.source
+                    print(
+                        f"{found.filled} captions read off their images by {found.reader.engine.identity} ({found.empty} found no text)",
+                        flush=True,
+                    )
             elif self.verify:
                 verify_shards(self.dataset_dir)
             if folds:  # prepare.py --folds: the outer folds and, where the rule needs one, each fold's inner split
@@ -367,15 +385,23 @@ class MemeDataModule(L.LightningDataModule):
         ]
         if role is not None:
             stages.append(wds.select(RoleFilter(self.roles, role)))
-        stages += [
-            wds.batched(self.batch_size, collation_fn=SamplesToBatch(self.preprocessor), partial=False),
-            resume,
-            *self._handover(),
-        ]
+        stages += [*self._training_batches(rank), resume, *self._handover()]
         pipeline = wds.DataPipeline(*stages).with_epoch(per_worker).with_length(per_worker * workers)
         loader = self._loader(pipeline)
         self.resume.running(loader, resume)
         return loader
+
+    def _training_batches(self, rank: int) -> list[Any]:
+        """The batching stages: shuffled order, or memes of similar length together (`group_by_length`)."""
+        collate = SamplesToBatch(self.preprocessor)
+        if not self.group_by_length:
+            return [wds.batched(self.batch_size, collation_fn=collate, partial=False)]
+        length = getattr(self.preprocessor, "length", None)
+        if length is None:
+            raise ValueError(
+                f"data.group_by_length needs the model's preprocessor to count a meme's tokens; {type(self.preprocessor).__name__} has no `length`"
+            )
+        return [LengthGroupedBatches(self.batch_size, self.length_groups, length, self.seed + rank), wds.map(collate)]
 
     def _eval_dataloader(self, stage: str) -> DataLoader:
         rank, world = self._rank_world()

@@ -8,7 +8,8 @@ OCR or typed it. Two offline engines:
 - `tesseract`: Tesseract 5 through `pytesseract`, with the system's language data (`apt-get install
   tesseract-ocr tesseract-ocr-deu tesseract-ocr-spa tesseract-ocr-hin tesseract-ocr-chi-sim`).
 
-Recognised lines are ordered top to bottom and joined with a line break, the way dataset captions keep
+Recognised boxes on one line (overlapping heights) are joined left to right, and lines ordered top to
+bottom and joined with a line break, the way dataset captions keep
 top and bottom text apart (`datamodules.sources.readers` normalisation), then normalised the same way.
 Results are cached per (engine, languages, sha256 of the image bytes) in a JSON-lines file, so a folder
 scored twice is read once.
@@ -25,18 +26,34 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
-from PIL import Image
+import numpy as np
+from PIL import Image, ImageFilter
+
+from datamodules.sample import Sample
 
 ENGINES = ("rapidocr", "tesseract")
+# RapidOCR's settings crossmod changes from the wheel's configuration, chosen by bench/ocr.py on renders
+# kept apart from the ones it scores (its `tuning` section): PP-OCR's recogniser drops the spaces between
+# Latin words when the detector's boxes hug the letters, so the boxes are grown (`det_unclip_ratio`, 1.6 in
+# the wheel); and the angle classifier, which turns lines it takes for upside down, turned some upright
+# bottom lines over and lost them (`use_cls`): meme text is upright. bench/ocr.py checks that these are
+# still the tuning set's best choice.
+RAPIDOCR_SETTINGS: dict[str, float | bool] = {"det_unclip_ratio": 2.5, "use_cls": False}
+TESSERACT_MEME_TEXT_MASK = True  # read the outlined text as black print (TesseractOcr), chosen the same way
+WHEEL_DEFAULTS: dict[str, float | bool] = {"det_unclip_ratio": 1.6, "use_cls": True}  # rapidocr_onnxruntime/config.yaml's values
 TESSERACT_LANGS = {"en": "eng", "de": "deu", "es": "spa", "hi": "hin", "zh": "chi_sim"}
+
+
+Box = tuple[float, float, float, str]  # top, bottom, left (pixels), recognised text
 
 
 class OcrEngine(Protocol):
     name: str
     langs: tuple[str, ...]
+    identity: str  # engine and every setting that changes its output: part of the cache key
 
-    def lines(self, image: bytes) -> list[tuple[float, str]]:
-        """Recognised text lines with their vertical position (top of the line box, pixels)."""
+    def lines(self, image: bytes) -> list[Box]:
+        """Recognised text boxes: (top, bottom, left) in pixels and the text."""
         ...
 
 
@@ -45,19 +62,22 @@ class RapidOcr:
 
     name = "rapidocr"
 
-    def __init__(self, langs: Iterable[str], **options: float) -> None:
+    def __init__(self, langs: Iterable[str], **options: float | bool) -> None:
         """`options`: RapidOCR's own settings by its keyword names (e.g. `det_unclip_ratio`, how far text boxes
-        are grown before recognition); none by default, so the wheel's configuration is what runs."""
+        are grown before recognition), over `RAPIDOCR_SETTINGS`; `RapidOcr(langs, **WHEEL_DEFAULTS)` runs the
+        wheel's configuration untouched."""
         try:
             from rapidocr_onnxruntime import RapidOCR
         except ImportError as error:
             raise ImportError(f"ocr=rapidocr needs the rapidocr-onnxruntime package ({error}); pip install rapidocr-onnxruntime") from None
         self.langs = tuple(langs)
-        self.engine = RapidOCR(**options)
+        self.settings = {**RAPIDOCR_SETTINGS, **options}
+        self.identity = "rapidocr[" + ",".join(f"{k}={v}" for k, v in sorted(self.settings.items())) + "]"
+        self.engine = RapidOCR(**self.settings)
 
-    def lines(self, image: bytes) -> list[tuple[float, str]]:
+    def lines(self, image: bytes) -> list[Box]:
         found, _ = self.engine(image)
-        return [(min(point[1] for point in box), text) for box, text, _score in found or []]
+        return [(min(y for _, y in box), max(y for _, y in box), min(x for x, _ in box), text) for box, text, _score in found or []]
 
 
 class TesseractOcr:
@@ -65,7 +85,10 @@ class TesseractOcr:
 
     name = "tesseract"
 
-    def __init__(self, langs: Iterable[str]) -> None:
+    def __init__(self, langs: Iterable[str], meme_text_mask: bool = TESSERACT_MEME_TEXT_MASK) -> None:
+        """`meme_text_mask`: read a black-on-white image of the white pixels that lie along a dark outline
+        (meme text) instead of the picture; Tesseract is made for dark print on a light page and read
+        nothing on many outlined captions without it (bench/ocr.py measures both)."""
         try:
             import pytesseract
         except ImportError as error:
@@ -81,12 +104,14 @@ class TesseractOcr:
         if missing:
             packages = " ".join(f"tesseract-ocr-{code.replace('_', '-').lower()}" for code in missing)
             raise FileNotFoundError(f"ocr=tesseract: language data {missing} is not installed: apt-get install {packages}")
-        self.pytesseract = pytesseract
+        self.pytesseract, self.meme_text_mask = pytesseract, meme_text_mask
+        self.identity = f"tesseract[{pytesseract.get_tesseract_version()},meme_text_mask={meme_text_mask}]"
 
-    def lines(self, image: bytes) -> list[tuple[float, str]]:
+    def lines(self, image: bytes) -> list[Box]:
         with Image.open(io.BytesIO(image)) as picture:
+            picture = picture.convert("RGB")
             data = self.pytesseract.image_to_data(
-                picture.convert("RGB"),
+                outlined_text(picture) if self.meme_text_mask else picture,
                 lang="+".join(TESSERACT_LANGS[lang] for lang in self.langs),
                 output_type=self.pytesseract.Output.DICT,
             )
@@ -94,8 +119,25 @@ class TesseractOcr:
         for i, word in enumerate(data["text"]):
             if word.strip():
                 key = (data["block_num"][i], data["par_num"][i], data["line_num"][i])
-                rows.setdefault(key, []).append((data["top"][i], data["left"][i], word))
-        return [(min(t for t, _, _ in words), " ".join(w for _, _, w in sorted(words, key=lambda x: x[1]))) for words in rows.values()]
+                rows.setdefault(key, []).append((data["top"][i], data["top"][i] + data["height"][i], data["left"][i], word))
+        return [
+            (
+                min(w[0] for w in words),
+                max(w[1] for w in words),
+                min(w[2] for w in words),
+                " ".join(w[3] for w in sorted(words, key=lambda w: w[2])),
+            )
+            for words in rows.values()
+        ]
+
+
+def outlined_text(picture: Image.Image, white: int = 190, dark: int = 80, reach: int = 9) -> Image.Image:
+    """Meme text as black print on white: pixels whose every channel is at least `white` and that lie
+    within `reach` pixels of a pixel whose every channel is at most `dark` (the outline)."""
+    pixels = np.asarray(picture)
+    outline = Image.fromarray(((pixels.max(axis=2) <= dark) * 255).astype(np.uint8)).filter(ImageFilter.MaxFilter(reach))
+    text = (pixels.min(axis=2) >= white) & (np.asarray(outline) > 0)
+    return Image.fromarray(np.where(text, 0, 255).astype(np.uint8))
 
 
 def ocr_engine(name: str, langs: Iterable[str]) -> OcrEngine:
@@ -106,10 +148,18 @@ def ocr_engine(name: str, langs: Iterable[str]) -> OcrEngine:
     raise ValueError(f"unknown OCR engine {name!r}; choose from {ENGINES}")
 
 
-def caption(lines: list[tuple[float, str]]) -> str:
-    """Lines top to bottom, one per line; spaces squeezed (the captions' normalisation)."""
-    ordered = [" ".join(text.split()) for _, text in sorted(lines, key=lambda line: line[0])]
-    return "\n".join(line for line in ordered if line)
+def caption(boxes: list[Box]) -> str:
+    """Boxes whose middle lies within a line's height join that line, left to right (a detector may split
+    one line of meme text in two); lines top to bottom, one per line; spaces squeezed (the captions'
+    normalisation)."""
+    lines: list[tuple[float, float, list[tuple[float, str]]]] = []
+    for top, bottom, left, text in sorted(boxes, key=lambda box: (box[0] + box[1]) / 2):
+        if lines and lines[-1][0] <= (top + bottom) / 2 <= lines[-1][1]:
+            lines[-1][2].append((left, text))
+        else:
+            lines.append((top, bottom, [(left, text)]))
+    joined = (" ".join(" ".join(text.split()) for _, text in sorted(words)) for _, _, words in lines)
+    return "\n".join(" ".join(line.split()) for line in joined if line.strip())
 
 
 class CaptionReader:
@@ -128,7 +178,7 @@ class CaptionReader:
                     raise ValueError(f"{cache_file}:{number}: not an OCR cache line; delete the file to start a new cache") from None
 
     def key(self, image: bytes) -> str:
-        return f"{self.engine.name}:{'+'.join(self.engine.langs)}:{hashlib.sha256(image).hexdigest()}"
+        return f"{self.engine.identity}:{'+'.join(self.engine.langs)}:{hashlib.sha256(image).hexdigest()}"
 
     def read(self, image: bytes) -> str:
         key = self.key(image)
@@ -145,3 +195,34 @@ class CaptionReader:
                 handle.flush()
                 os.fsync(handle.fileno())
         return text
+
+
+class CaptionsFromImages:
+    """A source whose memes without text get the caption read off their image, for converting datasets
+    that ship images only (`data.ocr={engine: rapidocr, langs: [en]}`). The engine's identity and languages
+    join the source's parameters, so shards read by another engine get another fingerprint; every filled
+    meme says so in `meta["text_source"]`, and the conversion prints how many were filled."""
+
+    def __init__(self, source, engine: str, langs: Iterable[str] = ("en",), cache: str | None = None) -> None:
+        self.source = source
+        source.text_from_image = True  # converters keep image-only memes for this wrapper to caption
+        self.reader = CaptionReader(ocr_engine(engine, langs), Path(cache).expanduser() if cache else None)
+        self.filled = self.empty = 0
+
+    def __getattr__(self, name: str):  # name, heads, on_error, … are the wrapped source's
+        if name == "source":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.source, name)
+
+    def params(self) -> dict:
+        return {**self.source.params(), "ocr": {"engine": self.reader.engine.identity, "langs": list(self.reader.engine.langs)}}
+
+    def __iter__(self):
+        self.filled = self.empty = 0
+        for sample in self.source:  # Samples, and the `Skipped` records of bad inputs the user allowed
+            if isinstance(sample, Sample) and not sample.text.strip() and sample.image is not None:
+                sample.text = self.reader.read(sample.image)
+                sample.meta = {**sample.meta, "text_source": self.reader.engine.identity}
+                self.filled += 1
+                self.empty += not sample.text
+            yield sample

@@ -132,8 +132,8 @@ def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: 
         raise ValueError(f"unknown shape {shape}")
 
 
-def render_meme(scene: Scene, caption: str, size: int, font: ImageFont.ImageFont) -> bytes:
-    """Draw the scene, then the caption as white top/bottom meme text; return JPEG bytes."""
+def render_meme(scene: Scene, caption: str, size: int, font: ImageFont.ImageFont, stroke_width: int = 1, margin: int = 2) -> bytes:
+    """Draw the scene, then the caption as white top/bottom meme text outlined in black; return JPEG bytes."""
     image = Image.new("RGB", (size, size), scene.background)
     draw = ImageDraw.Draw(image)
     for x, y, r, grey in scene.distractors:
@@ -142,8 +142,8 @@ def render_meme(scene: Scene, caption: str, size: int, font: ImageFont.ImageFont
     cx, cy, r = scene.box
     _draw_shape(draw, shape, cx * size, cy * size, r * size, colour)
     top, bottom = (part.strip() for part in caption.split("|"))
-    draw.text((size / 2, 2), top, font=font, fill="white", anchor="ma", stroke_width=1, stroke_fill="black")
-    draw.text((size / 2, size - 2), bottom, font=font, fill="white", anchor="md", stroke_width=1, stroke_fill="black")
+    draw.text((size / 2, margin), top, font=font, fill="white", anchor="ma", stroke_width=stroke_width, stroke_fill="black")
+    draw.text((size / 2, size - margin), bottom, font=font, fill="white", anchor="md", stroke_width=stroke_width, stroke_fill="black")
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()

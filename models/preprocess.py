@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from PIL import Image
 from transformers import AutoImageProcessor, AutoTokenizer
 
-from datamodules.heads import Head, HeadSpecs, parse_heads
-from models.backbones.image import timm_transform
-from models.pixels import PixelPipeline
+from datamodules.heads import HeadSpecs, label_tensors, parse_heads
+
+if TYPE_CHECKING:
+    from models.pixels import PixelPipeline
 
 
 class HFImagePixels:
@@ -61,6 +62,11 @@ class MemePreprocessor:
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None
         self.pixels: PixelPipeline | HFImagePixels | None = None
         if image_model:
+            # imported here: timm and torchvision add ~40 MiB to every process that imports them
+            # (bench/vlm_training.py), and text and VLM models never use them
+            from models.backbones.image import timm_transform
+            from models.pixels import PixelPipeline
+
             self.pixels = PixelPipeline(timm_transform(image_model, image_size), draft=draft_decode)
         elif image_processor:
             self.pixels = HFImagePixels(image_processor)
@@ -72,6 +78,13 @@ class MemePreprocessor:
     def needs(self) -> frozenset[str]:
         """The meme inputs this model reads: text with a tokenizer, the image with a pixel pipeline."""
         return frozenset({"text"} if self.tokenizer is not None else set()) | frozenset({"image"} if self.pixels is not None else set())
+
+    def length(self, sample: dict[str, Any]) -> int:
+        """Tokens the meme's text takes in a batch (truncated as `collate` truncates); images are one size,
+        so they add no padding (`data.group_by_length` sorts by this)."""
+        if self.tokenizer is None:
+            return 0
+        return len(self.tokenizer(sample["text"], truncation=True, max_length=self.max_length)["input_ids"])
 
     def _pixels(self, sample: dict[str, Any]) -> torch.Tensor:
         data = sample.get("image")
@@ -101,7 +114,3 @@ class MemePreprocessor:
             batch["pixel_values"] = self.pixels.batch([f["pixel_values"] for f in features])
         batch["labels"] = label_tensors(features, self.heads)
         return batch
-
-
-def label_tensors(features: list[dict[str, Any]], heads: dict[str, Head]) -> dict[str, torch.Tensor]:
-    return {name: head.labels([f["labels"].get(name) for f in features]) for name, head in heads.items()}

@@ -43,6 +43,9 @@ class RawSource:
     name: str = "raw"
     version: int = 1
     heads: dict[str, dict[str, Any]] = {}
+    # Set by datamodules.ocr.CaptionsFromImages: a meme with an image and empty text is kept, its caption
+    # read off the image, instead of being a bad input.
+    text_from_image: bool = False
 
     def __init__(self, raw_dir: str | Path, on_error: str = "raise", max_image_bytes: int = MAX_IMAGE_BYTES) -> None:
         if on_error not in ON_ERROR:

@@ -91,7 +91,9 @@ class HatefulMemesSource(RawSource):
         if problem:
             return self.error(path, problem, line)
         text = item.get("text")
-        if not isinstance(text, str) or not text.strip():
+        if text is None and self.text_from_image:
+            text = ""
+        if not isinstance(text, str) or not (text.strip() or self.text_from_image):
             return self.error(path, f"empty or missing 'text' for id {meme_id}", line)
         image, problem = self._image(item.get("img"), meme_id)
         if problem:

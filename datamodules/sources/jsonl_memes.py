@@ -89,7 +89,7 @@ class JsonlMemeSource(RawSource):
         if split not in self.splits:
             raise Invalid(f"id {meme_id}: split {split!r} is not one of {list(self.splits)}")
         text, labels, meta = self.convert(item)
-        if self.text_required and not text:
+        if self.text_required and not text and not self.text_from_image:
             raise Invalid(f"id {meme_id}: empty text")
         reference = item.get("image")
         if not isinstance(reference, str) or not reference.strip():

@@ -199,7 +199,7 @@ class Multi3HateSource(RawSource):
         original = self._caption(row.get("Original (English)"))
         if not text and lang == "en":
             text = original
-        if not text:
+        if not text and not self.text_from_image:
             return self.error(path, f"empty Translation for meme id {meme_id}", line)
         template = row["Template Name"].strip()
         folder = self.raw_dir / "memes" / lang

@@ -20,8 +20,7 @@ import torch
 from PIL import Image
 from transformers import AutoProcessor
 
-from datamodules.heads import HeadSpecs, parse_heads
-from models.preprocess import label_tensors
+from datamodules.heads import HeadSpecs, label_tensors, parse_heads
 from models.vlm.families import family_for
 from models.vlm.prompts import PromptSpec
 
@@ -90,10 +89,20 @@ class VLMPreprocessor:
             raise ValueError(f"sample {sample.get('id')}: image cannot be decoded ({error})") from error
         return image.resize(size, Image.BICUBIC) if self.image_size else image
 
+    def _chat(self, sample: dict[str, Any]) -> str:
+        messages = self.prompt.message(sample["text"], sample.get("lang") or "en")
+        return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    def length(self, sample: dict[str, Any]) -> int:
+        """Tokens of the meme's rendered chat, the image's placeholder counted once (`data.group_by_length`
+        sorts by this). With `image_size` set every meme's image expands to the same number of tokens, so
+        this orders memes by their true length; with native sizes (`image_size: null`) the image part,
+        which then varies, is not counted."""
+        return len(self.processor.tokenizer(self._chat(sample), add_special_tokens=False)["input_ids"])
+
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         lang = sample.get("lang") or "en"
-        messages = self.prompt.message(sample["text"], lang)
-        chat = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        chat = self._chat(sample)
         image = self._image(sample) if self.prompt.input != "caption" else None
         if image is not None and not self._template_checked:
             if self.family.image_placeholder not in chat:

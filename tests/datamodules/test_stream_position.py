@@ -18,6 +18,7 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 
 from datamodules.memes import MemeDataModule
 from datamodules.synthetic import SyntheticMemeSource
+from tests.datamodules.test_length_groups import WordCounts
 from tests.datamodules.test_memes import HEADS, IdsOnly
 
 BATCHES_PER_EPOCH = 6
@@ -70,12 +71,21 @@ def shard_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("shards")
 
 
-def fit(shard_root: Path, workers: int, callbacks: list[L.Callback], ckpt_path: Path | None = None, after_setup: bool = False):
+def fit(
+    shard_root: Path,
+    workers: int,
+    callbacks: list[L.Callback],
+    ckpt_path: Path | None = None,
+    after_setup: bool = False,
+    group_by_length: bool = False,
+):
     datamodule = MemeDataModule(
         heads=HEADS,
         source=SyntheticMemeSource(num_groups=20, image_size=32),
         shard_root=str(shard_root),
-        preprocessor=IdsOnly(),
+        preprocessor=WordCounts() if group_by_length else IdsOnly(),
+        group_by_length=group_by_length,
+        length_groups=3,
         batch_size=4,
         epoch_samples=4 * BATCHES_PER_EPOCH,
         num_workers=workers,
@@ -115,6 +125,14 @@ def test_resumed_stream_continues_with_the_uninterrupted_batches(shard_root, tmp
         resumed = fit(shard_root, workers, [], ckpt_path=tmp_path / checkpoint, after_setup=after_setup)
         # an even number of batches of the epoch done: with two workers the interrupted epoch resumes in the same order too
         assert batches(resumed) == batches(full[done:]), f"resumed from {checkpoint}"
+
+
+def test_length_grouped_batches_resume_exactly_too(shard_root, tmp_path):
+    full = fit(shard_root, 2, [SaveAt(tmp_path)], group_by_length=True)
+    done = MID[0] * BATCHES_PER_EPOCH + MID[1] + 1
+    resumed = fit(shard_root, 2, [], ckpt_path=tmp_path / "mid.ckpt", group_by_length=True)
+    assert batches(resumed) == batches(full[done:])
+    assert batches(full) != batches(fit(shard_root, 2, [])), "grouping changed the batches: the test compares grouped streams"
 
 
 def test_checkpoints_hold_the_stream_position_and_a_fresh_fit_starts_at_zero(shard_root, tmp_path):
