@@ -33,7 +33,9 @@ class HeadLayers(nn.Module):
         raise KeyError(f"{name!r} is not a head of these layers (heads: {list(self.heads)})")
 
     def forward(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
-        logits = self.linear(self.dropout(features)).split(self.widths, dim=-1)
+        """Features in the layer's own dtype (DeepSpeed's bf16 casts the weights, while a backbone may hand
+        float32 features), logits in float32 for the loss and the metrics."""
+        logits = self.linear(self.dropout(features.to(self.linear.weight.dtype))).float().split(self.widths, dim=-1)
         return {name: chunk.squeeze(-1) if head.is_binary else chunk for (name, head), chunk in zip(self.heads.items(), logits)}
 
 

@@ -101,12 +101,18 @@ class VLMClassifier(nn.Module):
                 parameter.requires_grad_(self.family.is_vision(name))
         if gradient_checkpointing:
             enable_activation_checkpointing(model, {"use_reentrant": False})
-            model.enable_input_require_grads()
+            model.disable_input_require_grads()  # see below, after PEFT
         if lora:
             from peft import LoraConfig, get_peft_model
 
             config = LoraConfig(target_modules=self.family.targets(target_modules, vision_lora), bias="none", **lora)
             model = get_peft_model(model, config)
+            if gradient_checkpointing:
+                # Transformers' checkpointing and PEFT both make the input embeddings' outputs require grad; in
+                # Transformers 5 that hooks the vision tower's patch embedding too, so a frozen tower would keep
+                # its activations and run backward on every step. Non-reentrant checkpoints reach the LoRA
+                # weights inside them without inputs that require grad: the hooks go.
+                model.get_base_model().disable_input_require_grads()
             _initialise_partitioned_lora(model, config.init_lora_weights)
         self.model = model
         self.output_dim = model.config.get_text_config().hidden_size if mode == "head" else None

@@ -192,8 +192,24 @@ def test_gradient_checkpointing_and_pixel_bounds(tiny_vlms, tmp_path):
     assert model.backbone._base().is_activation_checkpointing
     batch = batch_of(model, size=2)
     assert batch["image_grid_thw"].tolist() == [[1, 4, 4]] * 2  # 112×112 bounded to 56×56 px: 4×4 patches of 14
+    vision_output = []
+    model.backbone._base().model.visual.register_forward_hook(lambda module, args, output: vision_output.append(output))
     loss_of(model, batch).backward()
     assert all(p.grad is not None for n, p in model.named_parameters() if p.requires_grad and "lora_B" in n)
+    (output,) = vision_output
+    tensor = output if isinstance(output, torch.Tensor) else output[0]
+    assert not tensor.requires_grad  # the frozen vision tower keeps no activations for a backward it does not need
+
+    tuned = build(
+        tmp_path,
+        f"model.name_or_path={tiny_vlms['qwen2_vl']}",
+        "model.fusion.gradient_checkpointing=true",
+        "model.fusion.vision_lora=true",
+        "model.preprocessor.image_size=56",
+    )
+    loss_of(tuned, batch_of(tuned, size=2)).backward()
+    vision_lora = [p for n, p in tuned.named_parameters() if "lora_B" in n and "visual" in n]
+    assert vision_lora and all(p.grad is not None for p in vision_lora)
 
     larger = build(
         tmp_path,
@@ -219,3 +235,16 @@ def test_memes_without_images_still_run_the_vision_tower(tiny_vlms, tmp_path):
         model(batch)
     handle.remove()
     assert calls == [1]
+
+
+@pytest.mark.parametrize("mode", ["head", "verbalizer"])
+def test_scores_and_trains_with_every_parameter_in_bf16(mode, tiny_vlms, tmp_path):
+    """DeepSpeed's bf16 casts every parameter and the batch's floating tensors to bf16 (no autocast): the
+    heads take the backbone's features in their own dtype, and the loss is computed in float32."""
+    model = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", f"model.fusion.mode={mode}").to(torch.bfloat16)
+    batch = {k: v.to(torch.bfloat16) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in batch_of(model).items()}
+    logits = model(batch)
+    assert all(v.dtype == torch.float32 and torch.isfinite(v).all() for v in logits.values())
+    loss = model._loss(logits, batch["labels"])
+    loss.backward()
+    assert any(p.grad is not None for n, p in model.named_parameters() if "lora_" in n)
