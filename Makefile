@@ -20,10 +20,10 @@ train: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -m "not gpu" $(ARGS)
 
-# CPU benchmarks (bench/*.py, < 10 min): results in bench/results/*.json, README table re-rendered from them.
+# CPU benchmarks (bench/*.py, < 20 min): results in bench/results/*.json, README table re-rendered from them.
 bench: $(STAMP)
 	@start=$$(date +%s); set -e; \
-	for script in training_overhead data_loading conversion zeroshot_generation; do \
+	for script in training_overhead data_loading conversion zeroshot_generation ocr vlm_training vlm_flops memory_plan; do \
 		echo "== bench/$$script.py"; $(PY) bench/$$script.py $(ARGS); \
 	done; \
 	$(PY) scripts/bench_table.py; \

@@ -93,5 +93,7 @@ def test_the_training_stream_groups_memes_by_length_and_computes_less_padding(tm
 
 
 def test_grouping_needs_a_preprocessor_that_counts_tokens(tmp_path):
-    with pytest.raises(ValueError, match="group_by_length needs the model's preprocessor to count a meme's tokens; IdsOnly has no `length`"):
+    with pytest.raises(
+        ValueError, match="group_by_length needs the model's preprocessor to count a meme's tokens; IdsOnly has no `length`"
+    ):
         train_batches(tmp_path, IdsOnly(), group_by_length=True)

