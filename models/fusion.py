@@ -1,15 +1,19 @@
 """Model families over the encoders: text only, image only, late, concat and early (MMBT-style) fusion.
 
 Each takes the collated batch and returns one feature vector per item for the shared head layers, except
-late fusion, whose per-modality classifiers return logits that are averaged.
+late fusion, whose per-modality classifiers' probabilities are averaged (returned as the logits of that
+average, so the loss and the metrics read them like any head's logits).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
+from torch.nn import functional as F
 
-from datamodules.heads import HeadSpecs, parse_heads
+from datamodules.heads import Head, HeadSpecs, parse_heads
 from models.backbones.image import TimmImageEncoder
 from models.backbones.text import HFTextEncoder
 from models.heads import HeadLayers
@@ -59,10 +63,25 @@ class ConcatFusion(nn.Module):
         return self.mlp(torch.cat([self.text_norm(text), self.image_norm(image)], dim=-1))
 
 
+COMBINE = ("probabilities", "logits")
+
+
+def mean_probability_logits(a: torch.Tensor, b: torch.Tensor, head: Head) -> torch.Tensor:
+    """Logits whose probabilities are the mean of `a`'s and `b`'s (computed in log space, stable at any scale):
+    log-softmax of the mean for a multiclass head, log p − log(1 − p) of the mean sigmoid otherwise."""
+    if head.kind == "multiclass":
+        return torch.logsumexp(torch.stack([a.log_softmax(-1), b.log_softmax(-1)]), 0) - math.log(2)
+    log_p = torch.logsumexp(torch.stack([F.logsigmoid(a), F.logsigmoid(b)]), 0)
+    log_not_p = torch.logsumexp(torch.stack([F.logsigmoid(-a), F.logsigmoid(-b)]), 0)
+    return log_p - log_not_p
+
+
 class LateFusion(nn.Module):
-    """A text classifier and an image classifier trained together; their logits are averaged.
+    """A text classifier and an image classifier trained together; their predictions are averaged.
 
     No cross-modal interaction before the output, which is what separates it from concat fusion.
+    `combine`: `probabilities` (the Hateful Memes study's late fusion: the mean of the two classifiers'
+    probabilities) or `logits` (the mean of their logits; a deviation, for comparison).
     """
 
     output_dim = None  # returns logits: the module's shared head layers are not used
@@ -76,19 +95,24 @@ class LateFusion(nn.Module):
         num_layers: int = 1,
         dropout: float = 0.1,
         head_dropout: float = 0.0,
+        combine: str = "probabilities",
     ) -> None:
         super().__init__()
-        self.text, self.image = text, image
+        if combine not in COMBINE:
+            raise ValueError(f"late fusion combine must be one of {COMBINE}, got {combine!r}")
+        self.text, self.image, self.combine = text, image, combine
         self.text_mlp, text_width = mlp(text.output_dim, hidden_dim, num_layers, dropout)
         self.image_mlp, image_width = mlp(image.output_dim, hidden_dim, num_layers, dropout)
-        typed = parse_heads(heads)
+        typed = self.heads = parse_heads(heads)
         self.text_head_layers = HeadLayers(text_width, typed, head_dropout)
         self.image_head_layers = HeadLayers(image_width, typed, head_dropout)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         text = self.text_head_layers(self.text_mlp(self.text(batch["input_ids"], batch["attention_mask"])))
         image = self.image_head_layers(self.image_mlp(self.image(batch["pixel_values"])))
-        return {head: (text[head] + image[head]) / 2 for head in text}
+        if self.combine == "logits":
+            return {name: (text[name] + image[name]) / 2 for name in text}
+        return {name: mean_probability_logits(text[name], image[name], head) for name, head in self.heads.items()}
 
 
 class EarlyFusion(nn.Module):

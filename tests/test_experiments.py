@@ -84,6 +84,12 @@ def test_hateful_memes_recipe_protocol_is_composed(train_run, raw_dirs):
     assert cfg.model.scheduler.warmup_steps == 2000 and cfg.model.scheduler.warmup_ratio is None
     assert cfg.trainer.max_steps == 22000 and cfg.trainer.val_check_interval == 500 and cfg.trainer.check_val_every_n_epoch is None
     assert cfg.data.batch_size == 256 and cfg.model.text.name_or_path == "bert-base-uncased"
+    assert cfg.model.head_dropout == 0.5 and cfg.model.fusion.dropout == 0.5  # the study's classifier dropout
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        late = compose("train", overrides=["experiment=hm_late_fusion", "data.raw_dir=/raw"])
+        text = compose("train", overrides=["experiment=hm_text_bert", "data.raw_dir=/raw"])
+    assert late.model.fusion.combine == "probabilities" and late.model.fusion.dropout == 0.5 and late.model.fusion.head_dropout == 0.5
+    assert text.model.head_dropout == 0.5
 
 
 def test_seeds_multirun_and_its_report(tmp_path):
