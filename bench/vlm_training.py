@@ -23,7 +23,9 @@ Time per meme: wall time from the end of step `--warmup` to the end of the last 
 those steps; rounds interleaved in this process (A, B, C, B, C, A …), one torch thread each. Peak memory:
 each variant trains the same steps once more in a fresh process and reports how far its resident set
 size rose above the size after the imports every variant shares (the kernel's peak mark `VmHWM`, reset
-through `/proc/self/clear_refs` after those imports): the model, data, optimizer and steps of one variant. Padding: real tokens / computed tokens
+through `/proc/self/clear_refs` after those imports): the model, data, optimizer and steps of one variant,
+plus what its own code imports; a second fresh process per variant makes those own imports (crossmod's
+modules, Hydra and the composed config) before the mark is reset, so the training alone is compared too. Padding: real tokens / computed tokens
 (attention mask sum / its size) of every training batch, and for the text families the same share with
 the MiniLM tokenizer on these captions, shuffled against grouped.
 """
@@ -284,10 +286,24 @@ def peak_rss() -> int:
     return status_bytes("VmHWM")
 
 
-def peak_memory(variant: str, argv: list[str]) -> float:
+def own_imports(variant: str) -> None:
+    """What the variant's code imports and sets up beyond the shared libraries: crossmod's modules, Hydra and
+    its composed config; the transformers.Trainer variant needs nothing more."""
+    if variant.startswith("crossmod"):
+        import datamodules.memes  # noqa: F401
+        import models.module  # noqa: F401
+        import models.vlm.classifier  # noqa: F401
+        import models.vlm.preprocess  # noqa: F401
+
+        prompt_config()
+
+
+def peak_memory(variant: str, argv: list[str], own_imports_first: bool = False) -> float:
     """Peak RSS (MiB) above the resting size after imports, of a fresh process that builds the variant and trains
-    its steps once (the kernel's own peak mark, reset after the imports every variant shares)."""
-    out = subprocess.run([sys.executable, __file__, *argv, "--memory-of", variant], cwd=ROOT, capture_output=True, text=True)
+    its steps once (the kernel's own peak mark, reset after the imports every variant shares; with
+    `own_imports_first` also after the variant's own imports, so what remains is the training alone)."""
+    extra = ["--own-imports-first"] if own_imports_first else []
+    out = subprocess.run([sys.executable, __file__, *argv, "--memory-of", variant, *extra], cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"memory run of {variant} failed:\n{out.stderr[-3000:]}")
     return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_above_resting_mib"])
@@ -305,6 +321,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (same for every variant)")
     p.add_argument("--work", type=Path, default=None, help=argparse_hidden())
     p.add_argument("--memory-of", default=None, help=argparse_hidden())
+    p.add_argument("--own-imports-first", action="store_true", help=argparse_hidden())
     args = p.parse_args()
     smoke = args.smoke
     args.steps = args.steps or (3 if smoke else 10)
@@ -322,6 +339,8 @@ def main() -> None:
         import peft  # noqa: F401
         import transformers  # noqa: F401
 
+        if args.own_imports_first:
+            own_imports(args.memory_of)
         resting = reset_peak_rss()
         run_variant(args.memory_of, args.work, args)
         print(json.dumps({"peak_above_resting_mib": (peak_rss() - resting) / 2**20, "peak_mib": peak_rss() / 2**20}))
@@ -334,8 +353,9 @@ def main() -> None:
         runs = interleave(variants, repeats(args))
         argv = [a for a in sys.argv[1:] if a != "--smoke"] + (["--smoke"] if smoke else []) + ["--work", str(work)]
         memory = {name: peak_memory(name, argv) for name in variants}
+        training = {name: peak_memory(name, argv, own_imports_first=True) for name in ("crossmod", "hf")}
         memes = json.loads((work / "meta.json").read_text())
-    report(runs, memory, memes, args)
+    report(runs, memory, training, memes, args)
 
 
 def argparse_hidden() -> str:
@@ -363,7 +383,7 @@ def run_variant(name: str, work: Path, args) -> dict[str, Any]:
     return train_crossmod(work / "model", work / "shards", args, grouped=name == "crossmod_grouped")
 
 
-def report(runs: dict[str, list[dict]], memory: dict[str, float], memes: dict, args) -> None:
+def report(runs: dict[str, list[dict]], memory: dict[str, float], training: dict[str, float], memes: dict, args) -> None:
     result = Result(
         NAME,
         "Is crossmod's VLM LoRA training as fast and as lean as transformers.Trainer + PEFT on the same model and memes, and "
@@ -411,6 +431,21 @@ def report(runs: dict[str, list[dict]], memory: dict[str, float], memes: dict, a
         "memory_crossmod_vs_hf",
         "memory_vs_hf",
         unit="MiB",
+    )
+    for name, mib in training.items():
+        result.variant(f"training_rss_{name}", "MiB", [mib], over="one fresh process")
+    result.ratio("training_memory_crossmod_vs_hf", training["crossmod"] / training["hf"], "the same, each variant's own imports made first")
+    result.row(
+        "same, training alone (each variant's own imports and config made before the peak mark is reset)",
+        "training_rss_crossmod",
+        "training_rss_hf",
+        "training_memory_crossmod_vs_hf",
+        unit="MiB",
+    )
+    result.finding(
+        f"Peak RSS above the resting size: crossmod {memory['crossmod']:.0f} MiB, transformers.Trainer + PEFT {memory['hf']:.0f} MiB; "
+        f"with each variant's own imports made first (crossmod: its modules, Hydra and the composed config): {training['crossmod']:.0f} "
+        f"vs {training['hf']:.0f} MiB. The difference is what importing crossmod and composing its config costs, once per process."
     )
     shares = {name: statistics.median(v["real_token_share"] for v in values) for name, values in runs.items()}
     result.payload["real_token_share"] = {"vlm": shares, "text_minilm": memes["text_padding"]}
