@@ -31,6 +31,7 @@ TRUSTED_TARGETS = frozenset(
         "models.fusion.LateFusion",
         "models.fusion.EarlyFusion",
         "models.clip_fusion.CLIPFusion",
+        "models.visual_bert.VisualBertFusion",
         "models.vlm.classifier.VLMClassifier",
         # backbones and preprocessors
         "models.backbones.text.HFTextEncoder",

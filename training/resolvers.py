@@ -83,6 +83,15 @@ def tiny_clip_model(out_dir: str) -> str:
     return str(build_tiny_clip(out_dir, caption_corpus()))
 
 
+def tiny_visual_bert(out_dir: str, image_model: str = "test_efficientnet") -> str:
+    """Path of a tiny VisualBERT whose visual projection takes `image_model`'s channels (one folder per width)."""
+    from datamodules.synthetic import caption_corpus
+    from models.tiny.visual_bert import build_tiny_visual_bert, timm_channels
+
+    width = timm_channels(image_model)
+    return str(build_tiny_visual_bert(f"{out_dir}-{width}", caption_corpus(), width))
+
+
 def tiny_vlm(out_dir: str, kind: str = "qwen2_vl") -> str:
     """Path of a tiny random VLM folder (`kind`: a model_type of models/tiny/vlm.py) whose tokenizer knows the captions and prompts."""
     from datamodules.synthetic import caption_corpus
@@ -108,6 +117,7 @@ def register() -> None:
         "tiny_text_encoder": tiny_text_encoder,
         "tiny_clip_model": tiny_clip_model,
         "tiny_vlm": tiny_vlm,
+        "tiny_visual_bert": tiny_visual_bert,
         "project_root": project_root,
         "manifest_heads": manifest_heads,
         "is_bf16": is_bf16,
