@@ -42,6 +42,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
     datamodule.connect(model.preprocessor)  # the model's side hands the data what it needs; data never reaches into it
+    transfer = None
+    if cfg.get("eval_data"):  # a second dataset to score after training: checked now, so a run that could not be scored never trains
+        from training.eval_data import TransferOptions, plan_transfer
+
+        transfer = plan_transfer(cfg.eval_data, TransferOptions.from_config(cfg.get("transfer")), model)
     # Exact resume everywhere (RNG states travel in checkpoints, as the datamodule's stream position does);
     # the signal handling and requeue only inside a SLURM job.
     callbacks = _instantiate_all(cfg.get("callbacks")) + [RngStates(), SlurmRequeue(enabled=SLURMEnvironment.detect())]
@@ -75,6 +80,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             why = "checkpointing disabled or no validation"
         rank_zero_info(f"No best checkpoint ({why}): scoring the final weights.")
     ckpt_path = best or (None if cfg.get("train", True) else cfg.get("ckpt_path"))
+    scored_weights = ckpt_path  # what eval_data is scored with, too
     if ckpt_path and is_zero3(trainer.strategy):
         # A ZeRO-3 engine built for evaluation cannot load sharded checkpoints (DeepSpeed has no optimizer
         # there to restore partitions from): the checkpoint's weights are put into the model instead.
@@ -107,8 +113,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if trainer.is_global_zero:
         copy_manifest(datamodule.dataset_dir, run_dir)
         write_metrics(run_dir, metrics)
+        if transfer is not None:  # reads the run's files just written, as evaluate.py would
+            from training.eval_data import score_transfer
+
+            sharded, device = is_zero3(trainer.strategy), trainer.strategy.root_device
+            metrics["transfer"] = {transfer.dataset: score_transfer(transfer, run_dir, metrics, model, scored_weights, sharded, device)}
+            write_metrics(run_dir, metrics)
         if cfg.get("print_table", True):
             print_table(metrics, f"{cfg.name} (fold {cfg.get('fold')})", f"Selection: {rule} — {RULES[rule]}")
+            if transfer is not None:
+                from training.eval_data import print_transfer
+
+                print_transfer(metrics["transfer"][transfer.dataset], transfer.options.reference)
             print(f"Run directory: {run_dir}")
     return metrics
 
