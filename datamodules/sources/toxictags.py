@@ -4,9 +4,10 @@ No public release exists, so crossmod defines the layout (docs/datasets.md): `to
 beside an `images/` folder, one line per meme:
 `{"id", "image": "images/x.jpg", "title", "ocr_text", "tags": [...], "label", "split"}` with
 `label` in normal | hateful | dangerous | offensive | undecided and `split` in train | val | test.
-Heads: `toxic` = label ≠ normal; `toxic_type` = hateful / dangerous / offensive, None for normal
-and undecided memes (undecided memes are toxic whose type the annotators did not settle, so they
-count for stage I and are masked for stage II, as the study excludes them there).
+Heads: `toxic` (stage I) = label ≠ normal; `toxic_type` (stage II) is the study's four-way question
+hateful / dangerous / offensive / normal (its Stage II prompt lists all four), None for undecided memes:
+toxic memes whose type the annotators did not settle, so they count for stage I and are masked for
+stage II, as the study excludes them there.
 The study has no dev split: `val_share` moves a stable, id-hashed share of train to `val`.
 """
 
@@ -21,6 +22,7 @@ from datamodules.sources.images import MAX_IMAGE_BYTES
 from datamodules.sources.jsonl_memes import Invalid, JsonlMemeSource, string_list, text_field
 
 TOXIC_TYPES = ["hateful", "dangerous", "offensive"]
+STAGE2_CLASSES = [*TOXIC_TYPES, "normal"]  # the classes of head `toxic_type`, in this order
 LABELS = ("normal", *TOXIC_TYPES, "undecided")
 
 
@@ -33,9 +35,9 @@ class ToxicTagsSource(JsonlMemeSource):
     """Converts the documented ToxicTags layout; `include_tags` appends the tags to the text input."""
 
     name = "toxictags"
-    version = 1
+    version = 2  # 2: toxic_type is four-way (normal is a class, not masked)
     file = "toxictags.jsonl"
-    heads = {"toxic": {"kind": "binary"}, "toxic_type": {"kind": "multiclass", "classes": TOXIC_TYPES}}
+    heads = {"toxic": {"kind": "binary"}, "toxic_type": {"kind": "multiclass", "classes": STAGE2_CLASSES}}
 
     def __init__(
         self,
@@ -65,7 +67,7 @@ class ToxicTagsSource(JsonlMemeSource):
             parts.append(self.tags_prefix + ", ".join(tags))
         labels: dict[str, Label] = {
             "toxic": int(label != "normal"),
-            "toxic_type": TOXIC_TYPES.index(label) if label in TOXIC_TYPES else None,
+            "toxic_type": STAGE2_CLASSES.index(label) if label in STAGE2_CLASSES else None,
         }
         return "\n".join(parts), labels, {"title": title, "ocr_text": ocr, "tags": tags, "label": label}
 

@@ -117,9 +117,13 @@ def test_toxictags_two_stage_heads_and_the_tags_switch(tmp_path):
     plain = source("toxictags", raw)
     got = samples(plain)
     labels = {s.meta["label"]: s.labels for s in got.values()}
-    assert labels["normal"] == {"toxic": 0, "toxic_type": None}
+    # stage II is the study's four-way question: normal is a class; only undecided memes are masked
+    assert plain.heads["toxic_type"]["classes"] == ["hateful", "dangerous", "offensive", "normal"]
+    assert labels["normal"] == {"toxic": 0, "toxic_type": 3}
     assert labels["undecided"] == {"toxic": 1, "toxic_type": None}
+    assert labels["hateful"] == {"toxic": 1, "toxic_type": 0}
     assert labels["dangerous"] == {"toxic": 1, "toxic_type": 1}
+    assert labels["offensive"] == {"toxic": 1, "toxic_type": 2}
     assert got["toxictags/tt1"].text == "post title 1\nocr text 1"
     tagged = source("toxictags", raw, include_tags=True)
     assert samples(tagged)["toxictags/tt1"].text == "post title 1\nocr text 1\nTags: funny, tag1"

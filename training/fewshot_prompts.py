@@ -1,0 +1,138 @@
+"""Multi-image few-shot chats for any VLM family, answered by batched greedy generation.
+
+A chat is one user turn per exemplar, each followed by an assistant turn holding that exemplar's
+answer, then the query's user turn; every user turn is the meme's image, its title and caption/OCR text
+(`meme` template) and the stage's question, and the first one opens with the instruction. The family's
+own processor renders the chat template and expands the images (models/vlm/families.py says which
+placeholder marks an image; a template that drops one is an error, not a text-only prompt). Generation
+is greedy (the study's temperature 0.001), left-padded, `max_new_tokens` (the study's 30).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from PIL import Image
+
+from evaluation.fewshot_scores import STAGE_CLASSES, STAGE_HEADS
+from models.vlm.classifier import resolve_attn_implementation, resolve_dtype
+from models.vlm.families import family_for
+
+
+def stage_label(record: Mapping[str, Any], stage: int) -> int | None:
+    """The meme's class index in `stage` (None: not asked in that stage, e.g. undecided memes in stage II)."""
+    return record["labels"].get(STAGE_HEADS[stage])
+
+
+@dataclass(frozen=True)
+class FewShotPrompt:
+    """The texts of the prompt (`fewshot.prompt` in the recipe)."""
+
+    instruction: str
+    meme: str  # with {title} and {ocr_text}
+    questions: Mapping[int, str]  # stage → question listing that stage's answers
+
+    @classmethod
+    def from_config(cls, texts: Mapping[str, Any]) -> FewShotPrompt:
+        missing = {"instruction", "meme", "questions"} - set(texts)
+        if missing:
+            raise ValueError(f"fewshot.prompt lacks {sorted(missing)}")
+        questions = {int(stage): str(q) for stage, q in dict(texts["questions"]).items()}
+        for stage, classes in STAGE_CLASSES.items():
+            question = questions.get(stage)
+            if question is None or not all(word in question.casefold() for word in classes):
+                raise ValueError(f"fewshot.prompt.questions.{stage} must name every answer of stage {stage}: {list(classes)}")
+        return cls(str(texts["instruction"]), str(texts["meme"]), questions)
+
+    def user_turn(self, record: Mapping[str, Any], stage: int, first: bool) -> dict[str, Any]:
+        meta = record.get("meta", {})
+        text = self.meme.format(title=meta.get("title", ""), ocr_text=meta.get("ocr_text", "")) + self.questions[stage]
+        content: list[dict[str, Any]] = [{"type": "text", "text": self.instruction}] if first and self.instruction else []
+        return {"role": "user", "content": [*content, {"type": "image"}, {"type": "text", "text": text}]}
+
+    def messages(self, exemplars: Sequence[Mapping[str, Any]], query: Mapping[str, Any], stage: int) -> list[dict[str, Any]]:
+        """Exemplar turns with their answers, then the query's turn (the generation prompt follows it)."""
+        chat: list[dict[str, Any]] = []
+        for position, exemplar in enumerate(exemplars):
+            label = stage_label(exemplar, stage)
+            if label is None:
+                raise ValueError(f"exemplar {exemplar['id']} has no stage {stage} label")
+            answer = STAGE_CLASSES[stage][label]
+            chat += [self.user_turn(exemplar, stage, position == 0), {"role": "assistant", "content": [{"type": "text", "text": answer}]}]
+        return [*chat, self.user_turn(query, stage, not exemplars)]
+
+
+class FewShotGenerator:
+    """A base VLM (no adapter) answering rendered few-shot chats in batches."""
+
+    def __init__(
+        self,
+        name_or_path: str,
+        family: str | dict[str, Any] | None = "auto",
+        dtype: str = "auto",
+        attn_implementation: str = "auto",
+        image_size: int | None = 512,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+        batch_size: int = 4,
+        max_new_tokens: int = 30,
+        device: torch.device | None = None,
+    ) -> None:
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        self.family = family_for(name_or_path, family)
+        self.device = device or torch.device("cpu")
+        self.processor = AutoProcessor.from_pretrained(name_or_path)
+        self.processor.tokenizer.padding_side = "left"
+        if min_pixels is not None or max_pixels is not None:
+            if not self.family.pixel_bounds:
+                raise ValueError(
+                    f"min_pixels/max_pixels bound dynamic-resolution processors (Qwen-VL); {self.family.name} has a fixed size"
+                )
+            size = dict(self.processor.image_processor.size)
+            size.update({k: v for k, v in (("shortest_edge", min_pixels), ("longest_edge", max_pixels)) if v is not None})
+            self.processor.image_processor.size = size
+        self.model = AutoModelForImageTextToText.from_pretrained(
+            name_or_path, dtype=resolve_dtype(dtype), attn_implementation=resolve_attn_implementation(attn_implementation)
+        )
+        self.model.to(self.device).eval()
+        self.image_size, self.batch_size, self.max_new_tokens = image_size, batch_size, max_new_tokens
+
+    def image(self, record: Mapping[str, Any]) -> Image.Image:
+        """The meme's image as RGB, resized to the square `image_size` (None: as found)."""
+        if record.get("image") is None:
+            raise ValueError(f"meme {record['id']} has no image; the few-shot prompt shows every meme's image")
+        try:
+            with Image.open(io.BytesIO(record["image"])) as image:
+                image = image.convert("RGB")
+        except Exception as error:  # noqa: BLE001 - re-raised with the meme named
+            raise ValueError(f"meme {record['id']}: image cannot be decoded ({error})") from error
+        return image.resize((self.image_size,) * 2, Image.BICUBIC) if self.image_size else image
+
+    def render(self, messages: list[dict[str, Any]], images: int) -> str:
+        chat = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        if chat.count(self.family.image_placeholder) < images:
+            raise ValueError(
+                f"the chat template ({self.family.name}) wrote {chat.count(self.family.image_placeholder)} image placeholders "
+                f"{self.family.image_placeholder!r} for {images} images: the images would not reach the model"
+            )
+        return chat
+
+    @torch.no_grad()
+    def answer(self, chats: Sequence[tuple[list[dict[str, Any]], list[Mapping[str, Any]]]]) -> list[str]:
+        """Greedy generations for (messages, memes shown in order) pairs, `batch_size` chats at a time."""
+        tokenizer = self.processor.tokenizer
+        texts: list[str] = []
+        for start in range(0, len(chats), self.batch_size):
+            batch = chats[start : start + self.batch_size]
+            rendered = [self.render(messages, len(memes)) for messages, memes in batch]
+            images = [[self.image(meme) for meme in memes] for _, memes in batch]
+            inputs = self.processor(text=rendered, images=images, padding=True, add_special_tokens=False, return_tensors="pt")
+            inputs = {k: v.to(self.device) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+            out = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+            texts += tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        return texts
