@@ -12,8 +12,8 @@ PS_WEIGHTS = {"sim_orig": 1.0, "sim_fmt": 1.0, "acc_mcq": 0.6316, "acc_sent": 0.
 def toxictags_stages(
     toxic_true: np.ndarray, toxic_prob: np.ndarray, type_true: np.ndarray, type_prob: np.ndarray, threshold: float = 0.5
 ) -> dict[str, float]:
-    """Stage I: macro F1 toxic vs normal; stage II: macro F1 over hateful/dangerous/offensive on toxic memes
-    with a type label (-1 = none: normal or undecided)."""
+    """Stage I: macro F1 toxic vs normal; stage II: macro F1 over the four-way hateful/dangerous/offensive/normal
+    question on memes with a type label (-1 = none: undecided memes, which the study leaves out of stage II)."""
     stage1 = f1_score(toxic_true, (toxic_prob >= threshold).astype(int), average="macro", labels=[0, 1], zero_division=0)
     typed = type_true >= 0
     # classes present in gold or predictions (sklearn's default): a class nobody has or predicts is not a zero
