@@ -10,6 +10,8 @@ import training.resolvers  # noqa: F401  (registers ${run_id:}, ${wandb_offline:
 def main(cfg: DictConfig) -> float | None:
     from training.pipeline import run
 
+    if cfg.get("runs_with"):  # a prompting protocol, not a training recipe: say where it runs instead of failing inside
+        raise SystemExit(f"experiment={cfg.name} is not trained by train.py: run it with `{cfg.runs_with} experiment={cfg.name} …`")
     OmegaConf.resolve(cfg)
     metrics = run(cfg)
     if not metrics["best"].get("val") and metrics["selection"]["rule"] == "last":

@@ -25,7 +25,18 @@ EXPERIMENTS = {
     "hm_concat_bert": ("hateful_memes", TINY_TEXT + TINY_IMAGE),
     "hm_mmbt_grid": ("hateful_memes", TINY_TEXT + TINY_IMAGE),
     "hm_clip_fusion": ("hateful_memes", TINY_CLIP),
+    "hm_visual_bert": (
+        "hateful_memes",
+        (  # quoted: Hydra's override parser rejects a nested ${..}/path inside resolver arguments
+            "model.fusion.name_or_path='${tiny_visual_bert:${paths.assets_dir}/tiny-visual-bert-synthetic,${model.image.model_name}}'",
+            "model.preprocessor.tokenizer=${model.fusion.name_or_path}",
+            "model.fusion.num_regions=4",
+        )
+        + TINY_IMAGE,
+    ),
     "mhc_xtc": ("mhc", TINY_TEXT + ("num_folds=2",)),
+    # trained on the synthetic memes, reported on the MHC layout (train elsewhere, evaluate on MHC)
+    "xtc_transfer": (None, TINY_TEXT + ("data=synthetic", *SMALL_DATA, "transfer.head=US", "eval_data.raw_dir={mhc_raw}")),
     "toxictags_text_tags": ("toxictags", TINY_TEXT),
     "memebridge_multitask": ("memebridge", TINY_TEXT + TINY_IMAGE),
     "qwen_lora_cv": ("multi3hate", ("model.name_or_path={tiny_qwen}", "model.preprocessor.image_size=56", "data.batch_size=4")),
@@ -33,8 +44,18 @@ EXPERIMENTS = {
 }
 
 
+# prompting protocols with their own entry point (tests/training/test_fewshot_run.py, test_memebridge_prompting.py)
+PROMPTING = {"toxictags_fewshot": "training.fewshot", "memebridge_prompting": "training.memebridge"}
+
+
 def experiment_names() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
+    return sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml") if p.stem not in PROMPTING)
+
+
+@pytest.mark.parametrize("experiment", sorted(PROMPTING))
+def test_train_py_refuses_a_prompting_protocol_naming_its_entry_point(experiment, train_run):
+    result = train_run(f"experiment={experiment}", check=False)
+    assert result.returncode != 0 and f"python -m {PROMPTING[experiment]} experiment={experiment}" in result.stderr + result.stdout
 
 
 def test_every_experiment_has_a_fast_step_below():
@@ -66,7 +87,10 @@ def tiny_qwen(data_dir: Path) -> str:
 def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tiny_clip, tiny_qwen):
     layout, overrides = EXPERIMENTS[experiment]
     data = (f"data.raw_dir={raw_dirs[layout]}",) if layout else ()
-    overrides = tuple(o.replace("{tiny_clip}", str(tiny_clip)).replace("{tiny_qwen}", tiny_qwen) for o in overrides)
+    overrides = tuple(
+        o.replace("{tiny_clip}", str(tiny_clip)).replace("{tiny_qwen}", tiny_qwen).replace("{mhc_raw}", str(raw_dirs["mhc"]))
+        for o in overrides
+    )
     result = train_run(f"experiment={experiment}", "debug=fdr", *data, *overrides)
     assert "val AUROC" in result.stdout
     (run_dir,) = train_run.run_dirs(experiment)
