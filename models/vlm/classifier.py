@@ -3,9 +3,12 @@
 `head`: the last real token's final hidden state feeds the shared heads (one output per culture).
 `verbalizer`: the language-model logits of the two answer options at that position give
 log P(hate option) − log P(other option) for every head, so AUROC is defined and a base model scores
-memes zero-shot. Only LoRA weights (and heads) train; the base stays frozen and loadable from its
-own folder, so adapters and heads are saved and shipped on their own. What differs between families
-(module names behind the LoRA presets, the answer token) comes from `models.vlm.families`.
+memes zero-shot. `generate`: a text writer (the ToxicTags tag generator, models/vlm/tag_generator.py):
+forward is the language-model loss of the batch's answer tokens, `generate` writes answers greedily.
+`quantization=4bit` loads the frozen base in 4 bits (bitsandbytes, CUDA only) under the LoRA weights.
+Only LoRA weights (and heads) train; the base stays frozen and loadable from its own folder, so
+adapters and heads are saved and shipped on their own. What differs between families (module names
+behind the LoRA presets, the answer token) comes from `models.vlm.families`.
 """
 
 from __future__ import annotations
@@ -49,6 +52,25 @@ def resolve_attn_implementation(requested: str) -> str:
     return requested
 
 
+def quantization_config(quantization: str | None) -> Any:
+    """`4bit`: the base's linear layers in NF4 (double quantization, bf16 compute), as QLoRA recipes load it; null: none."""
+    if quantization in (None, "none"):
+        return None
+    if quantization != "4bit":
+        raise ValueError(f"model.fusion.quantization must be null or '4bit', got {quantization!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(
+            "model.fusion.quantization=4bit needs a CUDA GPU (bitsandbytes 4-bit layers run on CUDA); none is visible: leave it null on CPU"
+        )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError("model.fusion.quantization=4bit needs the bitsandbytes package: pip install bitsandbytes (or leave it null)")
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16
+    )
+
+
 def resolve_dtype(dtype: str) -> torch.dtype:
     """`auto`: bf16 on GPU, fp32 on CPU."""
     if dtype == "auto":
@@ -82,18 +104,22 @@ class VLMClassifier(nn.Module):
         dtype: str = "auto",
         attn_implementation: str = "auto",
         family: str | dict[str, Any] | None = "auto",
+        quantization: str | None = None,
     ) -> None:
         """`family`: `auto` (by the checkpoint's model_type), a family name, or a family row's fields."""
         super().__init__()
-        if mode not in ("head", "verbalizer"):
-            raise ValueError(f"vlm mode must be 'head' or 'verbalizer', got {mode!r}")
+        if mode not in ("head", "verbalizer", "generate"):
+            raise ValueError(f"vlm mode must be 'head', 'verbalizer' or 'generate', got {mode!r}")
         typed = parse_heads(heads)
         if mode == "verbalizer" and not all(head.is_binary for head in typed.values()):
             raise ValueError("the verbalizer scores a hate/non-hate choice: every head must be binary")
         self.mode, self.head_names = mode, list(typed)
         self.family = family_for(name_or_path, family)
         model = AutoModelForImageTextToText.from_pretrained(
-            name_or_path, dtype=resolve_dtype(dtype), attn_implementation=resolve_attn_implementation(attn_implementation)
+            name_or_path,
+            dtype=resolve_dtype(dtype),
+            attn_implementation=resolve_attn_implementation(attn_implementation),
+            quantization_config=quantization_config(quantization),
         )
         model.requires_grad_(False)
         if not freeze_vision:
@@ -126,7 +152,21 @@ class VLMClassifier(nn.Module):
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         return hidden[rows, last_token_index(batch["attention_mask"])]
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+    def answer_loss(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Mean cross-entropy over the answer tokens (`batch["answer"]["labels"]`: -100 on prompt, image and padding)."""
+        return self._base()(**model_inputs(batch), labels=batch["answer"]["labels"]).loss
+
+    def generate(self, batch: dict[str, Any], max_new_tokens: int, pad_token_id: int | None, synced_gpus: bool = False) -> torch.Tensor:
+        """Greedy continuations of left-padded prompts: the new tokens only (rows end in padding after their end of turn)."""
+        inputs = model_inputs(batch)
+        sequences = self._base().generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_token_id, synced_gpus=synced_gpus
+        )
+        return sequences[:, inputs["input_ids"].shape[1] :]
+
+    def forward(self, batch: dict[str, Any]) -> torch.Tensor | dict[str, torch.Tensor]:
+        if self.mode == "generate":
+            return self.answer_loss(batch)
         hidden = self.last_hidden(batch)
         if self.mode == "head":
             return hidden.float()

@@ -21,8 +21,40 @@ from PIL import Image
 from transformers import AutoProcessor
 
 from datamodules.heads import HeadSpecs, label_tensors, parse_heads
-from models.vlm.families import family_for
+from models.vlm.families import VLMFamily, family_for
 from models.vlm.prompts import PromptSpec
+
+
+def load_processor(
+    source: str, family: VLMFamily, padding_side: str = "left", min_pixels: int | None = None, max_pixels: int | None = None
+) -> Any:
+    """A family's own processor, padding on `padding_side`, its resizing bounded by min/max pixels (dynamic-resolution families only)."""
+    processor = AutoProcessor.from_pretrained(source)
+    processor.tokenizer.padding_side = padding_side
+    if min_pixels is not None or max_pixels is not None:
+        if not family.pixel_bounds:
+            raise ValueError(
+                f"min_pixels/max_pixels bound the pixel count of dynamic-resolution processors (Qwen-VL); {family.name} "
+                "resizes to its own fixed size: leave them null (model.preprocessor.image_size sets the meme's size)"
+            )
+        image_processor = processor.image_processor
+        size = dict(image_processor.size)
+        size.update({k: v for k, v in (("shortest_edge", min_pixels), ("longest_edge", max_pixels)) if v is not None})
+        image_processor.size = size
+    return processor
+
+
+def meme_image(sample: dict[str, Any], image_size: int | None = 512) -> Image.Image:
+    """The meme's image as RGB, resized to `image_size` squared (None: as found); a grey placeholder when it has none."""
+    size = (image_size or 512,) * 2
+    if sample.get("image") is None:
+        return Image.new("RGB", size, (127, 127, 127))
+    try:
+        with Image.open(io.BytesIO(sample["image"])) as image:
+            image = image.convert("RGB")
+    except Exception as error:  # noqa: BLE001 - re-raised with the sample named
+        raise ValueError(f"sample {sample.get('id')}: image cannot be decoded ({error})") from error
+    return image.resize(size, Image.BICUBIC) if image_size else image
 
 
 class VLMPreprocessor:
@@ -40,18 +72,7 @@ class VLMPreprocessor:
         """`padding_side`: left (what batched generation needs); the head and verbalizer read either."""
         self.heads = parse_heads(heads)
         self.source, self.family = processor, family_for(processor, family)
-        self.processor = AutoProcessor.from_pretrained(processor)
-        self.processor.tokenizer.padding_side = padding_side
-        if min_pixels is not None or max_pixels is not None:
-            if not self.family.pixel_bounds:
-                raise ValueError(
-                    f"min_pixels/max_pixels bound the pixel count of dynamic-resolution processors (Qwen-VL); {self.family.name} "
-                    "resizes to its own fixed size: leave them null (model.preprocessor.image_size sets the meme's size)"
-                )
-            image_processor = self.processor.image_processor
-            size = dict(image_processor.size)
-            size.update({k: v for k, v in (("shortest_edge", min_pixels), ("longest_edge", max_pixels)) if v is not None})
-            image_processor.size = size
+        self.processor = load_processor(processor, self.family, padding_side, min_pixels, max_pixels)
         self.prompt = PromptSpec(**prompt)
         self.image_size = image_size
         self._option_ids: dict[str, tuple[int, int]] = {}
@@ -79,15 +100,7 @@ class VLMPreprocessor:
         return self._option_ids[lang]
 
     def _image(self, sample: dict[str, Any]) -> Image.Image:
-        size = (self.image_size or 512,) * 2
-        if sample.get("image") is None:
-            return Image.new("RGB", size, (127, 127, 127))
-        try:
-            with Image.open(io.BytesIO(sample["image"])) as image:
-                image = image.convert("RGB")
-        except Exception as error:  # noqa: BLE001 - re-raised with the sample named
-            raise ValueError(f"sample {sample.get('id')}: image cannot be decoded ({error})") from error
-        return image.resize(size, Image.BICUBIC) if self.image_size else image
+        return meme_image(sample, self.image_size)
 
     def _chat(self, sample: dict[str, Any]) -> str:
         messages = self.prompt.message(sample["text"], sample.get("lang") or "en")
