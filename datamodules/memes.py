@@ -407,6 +407,11 @@ class MemeDataModule(L.LightningDataModule):
         rank, world = self._rank_world()
         splits, role = self._plan().reads(stage)
         urls = self._shards(splits)
+        if not urls:
+            raise ValueError(
+                f"{self.dataset_dir}: no shards for {stage} splits {list(splits)}; give the dataset that split (e.g. the "
+                "source's val_share) or run a fold (fold=k: validation is carved from the training folds)"
+            )
         stages: list[Any] = [
             wds.SimpleShardList(urls),
             ShardsForConsumer(rank, world),

@@ -136,3 +136,15 @@ def test_seeds_multirun_and_its_report(tmp_path):
     assert result["seeds"] == [1, 2, 3] and result["problems"] == []
     assert result["metrics"]["test/mean/auroc"]["mean"] == pytest.approx(0.6)
     assert result["metrics"]["test/mean/auroc"]["std"] == pytest.approx(0.1)  # sample std (ddof=1), as reported
+
+
+def test_a_dataset_without_a_validation_split_is_named_not_an_index_error(train_run, raw_dirs):
+    result = train_run(
+        "experiment=toxictags_text_tags",
+        "debug=fdr",
+        f"data.raw_dir={raw_dirs['toxictags']}",
+        "data.source.val_share=0",
+        *TINY_TEXT,
+        check=False,
+    )
+    assert result.returncode != 0 and "no shards for val splits ['val']" in result.stderr, result.stderr[-2000:]
