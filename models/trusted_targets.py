@@ -38,6 +38,7 @@ TRUSTED_TARGETS = frozenset(
         "models.backbones.image.TimmImageEncoder",
         "models.preprocess.MemePreprocessor",
         "models.vlm.preprocess.VLMPreprocessor",
+        "models.vlm.tag_preprocess.TagPreprocessor",
         # optimizers and learning-rate schedules
         "torch.optim.AdamW",
         "torch.optim.Adam",

