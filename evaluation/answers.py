@@ -203,6 +203,17 @@ def parse_answer(text: str, hate_option: str, options: tuple[str, str] = DEFAULT
     return word
 
 
+def chosen_option(text: str, letters: tuple[str, ...]) -> str | None:
+    """The one option letter (as given in ``letters``, any number of them) a free-text answer picks, by the
+    letter rules above; None when it picks none or several ("A or B"). Label words are not read."""
+    folded = tuple(letter.casefold() for letter in letters)
+    if len(set(folded)) != len(folded):
+        raise ValueError(f"option letters must be distinct, got {letters!r}")
+    text = _normalise(text)
+    letter = _chosen_letter(text, folded) if text else None  # type: ignore[arg-type]
+    return letters[folded.index(letter)] if letter else None
+
+
 def option_order(index: int) -> int:
     """The option order of prompt ``index`` (= 2·question + order): 0 lists Hate first, 1 lists it second."""
     if index < 0:

@@ -21,10 +21,23 @@ def toxictags_stages(
     return {"stage1_macro_f1": float(stage1), "stage2_macro_f1": float(stage2), "stage2_items": int(typed.sum())}
 
 
+def subset_rule_correct(gold: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """Per item (rows of multi-hot sets): whether its gold label set ⊆ the predicted set."""
+    gold, predicted = gold.astype(bool), predicted.astype(bool)
+    return np.all(~gold | predicted, axis=1)
+
+
 def subset_rule_accuracy(gold: np.ndarray, predicted: np.ndarray) -> float:
     """MemeBridge emotion accuracy: an item is correct when its gold label set ⊆ the predicted set."""
-    gold, predicted = gold.astype(bool), predicted.astype(bool)
-    return float(np.mean(np.all(~gold | predicted, axis=1)))
+    return float(np.mean(subset_rule_correct(gold, predicted)))
+
+
+def ps_terms(
+    acc_sent: float | None, acc_emo: float | None, acc_mcq: float | None = None, sim_orig: float | None = None, sim_fmt: float | None = None
+) -> dict[str, float | None]:
+    """Each term of PS as it enters the sum (weight × value, `PS_WEIGHTS`); None where the value was not measured."""
+    values = {"sim_orig": sim_orig, "sim_fmt": sim_fmt, "acc_mcq": acc_mcq, "acc_sent": acc_sent, "acc_emo": acc_emo}
+    return {k: None if v is None else PS_WEIGHTS[k] * float(v) for k, v in values.items()}
 
 
 def performance_score(
@@ -32,7 +45,7 @@ def performance_score(
 ) -> dict[str, float | None]:
     """PS = Sim_orig + Sim_fmt + 0.6316·Acc_MCQ + 0.6316·Acc_Sent + 1.7368·Acc_Emo. A classifier measures
     the sentiment and emotion terms; the total needs the generation terms, else it is None."""
-    terms = {"sim_orig": sim_orig, "sim_fmt": sim_fmt, "acc_mcq": acc_mcq, "acc_sent": acc_sent, "acc_emo": acc_emo}
-    classifier_part = PS_WEIGHTS["acc_sent"] * acc_sent + PS_WEIGHTS["acc_emo"] * acc_emo
-    total = None if any(v is None for v in terms.values()) else sum(PS_WEIGHTS[k] * v for k, v in terms.items())
+    terms = ps_terms(acc_sent, acc_emo, acc_mcq, sim_orig, sim_fmt)
+    classifier_part = terms["acc_sent"] + terms["acc_emo"]
+    total = None if any(v is None for v in terms.values()) else sum(terms.values())
     return {"ps": total, "ps_classifier_terms": classifier_part}
