@@ -68,6 +68,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         final_val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
 
     best = _best_checkpoint(trainer)
+    final_weights_why = None  # set when a rule that selects a checkpoint ended up scoring the final weights
     if no_validation:
         rank_zero_info("cv.selection=last: scoring the final weights on the held-out fold (test), once.")
     elif not best and cfg.get("train", True):
@@ -79,6 +80,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         else:
             why = "checkpointing disabled or no validation"
         rank_zero_info(f"No best checkpoint ({why}): scoring the final weights.")
+        final_weights_why = why
     ckpt_path = best or (None if cfg.get("train", True) else cfg.get("ckpt_path"))
     scored_weights = ckpt_path  # what eval_data is scored with, too
     if ckpt_path and is_zero3(trainer.strategy):
@@ -94,6 +96,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     elif cfg.get("test", True):
         rank_zero_info(f"dataset {datamodule.manifest['dataset']} has no test split {datamodule.test_splits}: no test stage.")
     rule = datamodule.selection_rule
+    description = RULES[rule]
+    if final_weights_why:  # the rule names a selection that did not happen: say what was scored
+        description = f"final weights after the configured schedule, no checkpoint selected ({final_weights_why})"
 
     metrics = {
         "experiment": cfg.name,
@@ -101,7 +106,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "num_folds": cfg.get("num_folds") if cfg.get("fold") is not None else None,
         "seed": cfg.seed,
         "best_checkpoint": best,
-        "selection": {"rule": rule, "description": RULES[rule], "weights": best or "final", "monitor": _monitor(trainer)},
+        "selection": {"rule": rule, "description": description, "weights": best or "final", "monitor": _monitor(trainer)},
         "global_step": trainer.global_step,
         "epochs": trainer.current_epoch,
         "best": {"val": nest(scores, "val"), "test": nest(scores, "test")},
@@ -120,7 +125,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             metrics["transfer"] = {transfer.dataset: score_transfer(transfer, run_dir, metrics, model, scored_weights, sharded, device)}
             write_metrics(run_dir, metrics)
         if cfg.get("print_table", True):
-            print_table(metrics, f"{cfg.name} (fold {cfg.get('fold')})", f"Selection: {rule} — {RULES[rule]}")
+            print_table(metrics, f"{cfg.name} (fold {cfg.get('fold')})", f"Selection: {rule} — {description}")
             if transfer is not None:
                 from training.eval_data import print_transfer
 

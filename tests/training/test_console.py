@@ -13,3 +13,14 @@ def test_a_run_prints_each_record_once_without_advertisements_or_harmless_warnin
     assert "litlogger" not in output.lower() and "💡" not in output
     assert ".with_length() only sets" not in output and "has `__len__` defined" not in output and "LeafSpec" not in output
     assert "Selection: dataset_val" in output and "mean" in output  # the table and its rule are what remains
+
+
+def test_a_run_without_checkpoint_selection_says_it_scored_the_final_weights(train_run):
+    """The dataset's rule names a selection; with checkpointing off none happened, and the report must not claim one."""
+    import json
+
+    result = train_run("debug=fdr", *SMALL_DATA, "callbacks.model_checkpoint=null", "callbacks.fold_results=null")
+    (run_dir,) = train_run.run_dirs("synthetic_concat")
+    selection = json.loads((run_dir / "metrics.json").read_text())["selection"]
+    assert selection["weights"] == "final" and selection["description"].startswith("final weights after the configured schedule")
+    assert "Selection: dataset_val — final weights" in result.stdout
