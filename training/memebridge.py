@@ -39,7 +39,9 @@ from evaluation.memebridge import (
     similarity,
     summarise,
 )
+from models.sentence_embedder import SentenceEmbedder
 from models.vlm.families import model_type
+from models.vlm.preprocess import meme_image
 from training.console import configure_console
 from training.memebridge_prompts import MemeBridgePrompts
 
@@ -104,7 +106,7 @@ def answer_all(model: Any, records: list[dict[str, Any]], asked: list[dict[str, 
                 f"the chat template of {preprocessor.source!r} ({preprocessor.family.name}) wrote no image placeholder {placeholder!r}: "
                 f"the image would not reach the model. Rendered: {chats[0][:300]!r}"
             )
-        images = (preprocessor._image(by_id[entry["id"]]) for entry in entries)  # model.preprocessor.image_size, as in training
+        images = (meme_image(by_id[entry["id"]], preprocessor.image_size) for entry in entries)  # as in training
         generations = generate(model, chats, images, settings.batch_size, settings.max_new_tokens[task], device)
         for entry, chat, text in zip(entries, chats, generations):
             entry.update(chat=chat, generation=text)
@@ -113,10 +115,7 @@ def answer_all(model: Any, records: list[dict[str, Any]], asked: list[dict[str, 
 
 def embed(model_name: str, texts: list[str], batch_size: int, device: torch.device) -> np.ndarray:
     """Sentence embeddings (not normalised: the cosine is taken in evaluation.memebridge)."""
-    from sentence_transformers import SentenceTransformer
-
-    encoder = SentenceTransformer(str(model_name), device=str(device), trust_remote_code=False)
-    return np.asarray(encoder.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False))
+    return SentenceEmbedder(str(model_name), batch_size, device=str(device)).encode(texts)
 
 
 REFERENCES = {"sim_orig": "explanation", "sim_fmt": "explanation_formatted"}  # similarity → the meta field it compares with
