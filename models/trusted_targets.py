@@ -33,6 +33,7 @@ TRUSTED_TARGETS = frozenset(
         "models.clip_fusion.CLIPFusion",
         "models.visual_bert.VisualBertFusion",
         "models.vlm.classifier.VLMClassifier",
+        "models.vlm.tag_generator.TagGenerator",  # the tag generator's module (a MemeClassifier that writes tags)
         # backbones and preprocessors
         "models.backbones.text.HFTextEncoder",
         "models.backbones.image.TimmImageEncoder",
