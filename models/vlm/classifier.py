@@ -121,6 +121,9 @@ class VLMClassifier(nn.Module):
             attn_implementation=resolve_attn_implementation(attn_implementation),
             quantization_config=quantization_config(quantization),
         )
+        # from_pretrained returns eval mode and Lightning keeps whatever mode it finds: left so, Transformers'
+        # activation checkpointing (active only while `training`) silently never ran during fit.
+        model.train()
         model.requires_grad_(False)
         if not freeze_vision:
             for name, parameter in model.named_parameters():

@@ -56,6 +56,19 @@ def loss_of(model: MemeClassifier, batch: dict) -> torch.Tensor:
     return model._loss(model(batch), batch["labels"])
 
 
+def saved_bytes(step) -> int:
+    """Bytes autograd saves for backward while `step` runs (what activation checkpointing reduces)."""
+    total = [0]
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        total[0] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        step()
+    return total[0]
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_only_lora_and_heads_train_and_loss_falls(version, tiny_vlms, tmp_path):
     model = build(tmp_path, f"model.name_or_path={tiny_vlms[version]}")
@@ -190,6 +203,8 @@ def test_gradient_checkpointing_and_pixel_bounds(tiny_vlms, tmp_path):
         "model.preprocessor.min_pixels=3136",
     )
     assert model.backbone._base().is_activation_checkpointing
+    # Lightning does not call train(): the modules must come in training mode, or Transformers skips checkpointing
+    assert all(module.training for module in model.modules())
     batch = batch_of(model, size=2)
     assert batch["image_grid_thw"].tolist() == [[1, 4, 4]] * 2  # 112×112 bounded to 56×56 px: 4×4 patches of 14
     vision_output = []
@@ -199,6 +214,9 @@ def test_gradient_checkpointing_and_pixel_bounds(tiny_vlms, tmp_path):
     (output,) = vision_output
     tensor = output if isinstance(output, torch.Tensor) else output[0]
     assert not tensor.requires_grad  # the frozen vision tower keeps no activations for a backward it does not need
+    saved_checkpointed = saved_bytes(lambda: loss_of(model, batch))
+    model.eval()  # what fit saw while from_pretrained's eval mode was kept: Transformers checkpoints only in training
+    assert saved_checkpointed < 0.5 * saved_bytes(lambda: loss_of(model, batch))
 
     tuned = build(
         tmp_path,
