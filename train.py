@@ -4,6 +4,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import training.resolvers  # noqa: F401  (registers ${run_id:}, ${wandb_offline:} …)
+from datamodules.selection_rules import NO_SELECTION
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
@@ -14,7 +15,7 @@ def main(cfg: DictConfig) -> float | None:
         raise SystemExit(f"experiment={cfg.name} is not trained by train.py: run it with `{cfg.runs_with} experiment={cfg.name} …`")
     OmegaConf.resolve(cfg)
     metrics = run(cfg)
-    if not metrics["best"].get("val") and metrics["selection"]["rule"] == "last":
+    if not metrics["best"].get("val") and metrics["selection"]["rule"] in NO_SELECTION:
         return None  # cv.selection=last has no validation set to offer a sweeper (the held-out fold is not one)
     return optimized_value(metrics, cfg.optimized_metric)
 

@@ -32,7 +32,7 @@ from datamodules.ocr import CaptionsFromImages
 from datamodules.one_block import one_block
 from datamodules.remote import BACKOFF_S, RETRIES, is_remote
 from datamodules.sample import decode_shard_entry
-from datamodules.selection_rules import RoleFilter, StagePlan, check_selection, fold_splits, rule_for
+from datamodules.selection_rules import NO_SELECTION, RoleFilter, StagePlan, check_selection, fold_splits, rule_for
 from datamodules.shards import conversion_summary, fingerprint, read_manifest, shard_items, verify_shards, write_shards
 from datamodules.stream_position import StreamResume, training_position
 from datamodules.tar_reader import shard_samples
@@ -448,7 +448,7 @@ class MemeDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader | list:
         """Under cv.selection=last a fold run has no validation set: nothing (Lightning skips the loop, even
         where a debug mode such as fast_dev_run would otherwise force one batch of it)."""
-        if self.selection_rule == "last":
+        if self.selection_rule in NO_SELECTION:
             return []
         return self._eval_dataloader("val")
 

@@ -5,7 +5,8 @@ Without a fold the dataset's own splits are the stages. In a fold run (`fold=k`)
 `test` (the held-out fold k, scored once at the end), `val` (what checkpointing and early stopping may look
 at) or `train`; the training stream and the validation set are drawn from the other folds only
 (`selection`: `inner` carves a validation split from them, or uses the dataset's own validation split when
-it has one; `last` has no validation set, the final weights are scored).
+it has one; `last` has no validation set, the final weights are scored). Without a fold, `last` is the
+same fixed-schedule protocol on the dataset's own splits (`dataset_last`: no validation split is read).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ SELECTIONS = ("inner", "last")
 # What chose the weights that score a run's test stage (recorded in metrics.json, fold_result.json, CV reports).
 RULES = {
     "dataset_val": "best checkpoint on the dataset's own validation split; test = the dataset's test split",
+    "dataset_last": "final weights after the configured schedule, no selection, no validation split needed; test = the dataset's test split",
     "val_split": "best checkpoint on the dataset's own validation split; the held-out fold is scored once by it",
     "inner": "best checkpoint on an inner validation split carved from the training folds; the held-out fold is scored once by it",
     "last": "final weights after the configured schedule, no selection; the held-out fold is scored once by them",
 }
+NO_SELECTION = ("last", "dataset_last")  # the rules with no validation set: nothing is ranked, the final weights are scored
 
 
 def check_selection(selection: str) -> None:
@@ -37,7 +40,7 @@ def fold_splits(train_splits: list[str]) -> list[str]:
 def rule_for(fold: int | None, selection: str, manifest: dict[str, Any], val_splits: list[str]) -> str:
     """The key of RULES that applies to a run with this fold and selection on this dataset."""
     if fold is None:
-        return "dataset_val"
+        return "dataset_last" if selection == "last" else "dataset_val"
     if selection == "last":
         return "last"
     own_validation = bool(set(manifest["counts"]["split"]) & set(val_splits))

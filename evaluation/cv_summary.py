@@ -28,7 +28,7 @@ def rule_of(result: FoldResult) -> str | None:
 
 
 def _cross_validation_rule(result: FoldResult) -> bool:
-    return rule_of(result) in RULES and rule_of(result) != "dataset_val"
+    return rule_of(result) in RULES and rule_of(result) not in ("dataset_val", "dataset_last")
 
 
 def check_rules(runs: list[tuple[FoldResult, Where]]) -> tuple[list[tuple[FoldResult, Where]], list[str]]:

@@ -162,3 +162,16 @@ def test_a_dataset_without_a_validation_split_is_named_not_an_index_error(train_
         check=False,
     )
     assert result.returncode != 0 and "no shards for val splits ['val']" in result.stderr, result.stderr[-2000:]
+
+
+def test_a_fixed_schedule_without_a_fold_needs_no_validation_split(train_run, raw_dirs):
+    """cv.selection=last outside cross-validation: the study's fixed schedule on the dataset's own splits, the final
+    weights scored on test, no validation loop (so a dataset without a dev split trains as the study trained it)."""
+    import json
+
+    raw = f"data.raw_dir={raw_dirs['toxictags']}"
+    train_run("experiment=toxictags_text_tags", "debug=fdr", raw, "data.source.val_share=0", "cv.selection=last", *TINY_TEXT)
+    (run_dir,) = train_run.run_dirs("toxictags_text_tags")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["selection"]["rule"] == "dataset_last" and metrics["selection"]["weights"] == "final"
+    assert metrics["best"]["test"] and not metrics["best"]["val"] and not metrics["final"]["val"]

@@ -50,7 +50,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     # Exact resume everywhere (RNG states travel in checkpoints, as the datamodule's stream position does);
     # the signal handling and requeue only inside a SLURM job.
     callbacks = _instantiate_all(cfg.get("callbacks")) + [RngStates(), SlurmRequeue(enabled=SLURMEnvironment.detect())]
-    no_validation = cfg.get("fold") is not None and datamodule.selection == "last"
+    no_validation = datamodule.selection == "last"  # fixed schedule, final weights (fold run or not): no validation loop
     if no_validation:
         callbacks = without_selection(callbacks)
     loggers = _instantiate_all(cfg.get("logger"))
@@ -70,7 +70,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     best = _best_checkpoint(trainer)
     final_weights_why = None  # set when a rule that selects a checkpoint ended up scoring the final weights
     if no_validation:
-        rank_zero_info("cv.selection=last: scoring the final weights on the held-out fold (test), once.")
+        where = "the held-out fold" if cfg.get("fold") is not None else "the test split"
+        rank_zero_info(f"cv.selection=last: scoring the final weights on {where}, once.")
     elif not best and cfg.get("train", True):
         monitor = _monitor(trainer)
         if trainer.fast_dev_run:
