@@ -20,7 +20,7 @@ train: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -m "not gpu" $(ARGS)
 
-# CPU benchmarks (bench/*.py, < 25 min): results in bench/results/*.json, README table re-rendered from them.
+# CPU benchmarks (bench/*.py, < 30 min): results in bench/results/*.json, README table re-rendered from them.
 bench: $(STAMP)
 	@start=$$(date +%s); set -e; \
 	for script in training_overhead data_loading conversion zeroshot_generation ocr vlm_training vlm_flops memory_plan; do \

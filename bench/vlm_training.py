@@ -310,7 +310,7 @@ def peak_memory(variant: str, argv: list[str], own_imports_first: bool = False) 
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0], default_repeats=3)
+    p = parser(__doc__.splitlines()[0], default_repeats=5)  # 5: one process's memory peak scatters by ±20 MiB
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--warmup", type=int, default=None, help="steps not timed (default 2, smoke 1)")
     p.add_argument("--batch-size", type=int, default=None)
