@@ -38,6 +38,11 @@ HARMLESS_WARNINGS = (
         "crossmod's SLURM scripts launch with srun themselves (training/slurm.py checks the allocation)",
     ),
     (
+        r"`broadcast_buffers` is deprecated\. Use `forward_sync_buffers` instead",
+        "torch's DistributedDataParallel renamed the option configs/strategy/ddp.yaml sets; the old name is the one "
+        "every supported torch (>= 2.4) accepts, and False still means no per-forward buffer broadcast (the reason it is set)",
+    ),
+    (
         r"`is_gradient_checkpointing` is deprecated",
         "PEFT (peft_model.py) reads Transformers' former property name; crossmod uses the current one",
     ),
