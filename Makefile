@@ -4,15 +4,24 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: env train test lint clean bench
+.PHONY: env train test lint clean bench constraints
 
 env: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+# Installs the versions in constraints.txt (the stack the suite was verified with), so every machine gets the same one.
+$(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
+
+# Re-resolves constraints.txt from setup.cfg's ranges in a throw-away environment (then run make test and commit).
+constraints:
+	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install --quiet --upgrade pip
+	.venv-constraints/bin/python -m pip install --quiet -e ".[dev]"
+	{ grep '^#' constraints.txt; .venv-constraints/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-constraints
 
 train: $(STAMP)
 	$(PY) train.py $(ARGS)

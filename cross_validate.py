@@ -24,6 +24,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import training.resolvers  # noqa: F401  (registers ${run_id:} …)
+from training import preflight
+from training.user_errors import entry_point
 
 ROOT = Path(__file__).resolve().parent
 # Overrides that belong to this launcher (or to Hydra's sweep), not to the fold runs.
@@ -66,6 +68,7 @@ def zeroshot_command(overrides: list[str], experiment: str, run_dir: Path) -> li
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
+@entry_point(preflight.cross_validate)
 def main(cfg: DictConfig) -> float:
     from training.cv_report import TRANSFER, report
 

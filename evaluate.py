@@ -9,9 +9,12 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import training.resolvers  # noqa: F401
+from training import preflight
+from training.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
+@entry_point(preflight.evaluate)
 def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 

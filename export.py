@@ -1,4 +1,4 @@
-"""Export a run's cultures as shippable folders: `python export.py run=<run dir> [culture=DE] [merge=true]`."""
+"""Export a run's cultures as shippable folders: `python export.py run=<run dir> [culture=DE] [merge=true] [ship_base_mb=64]`."""
 
 from pathlib import Path
 
@@ -6,9 +6,12 @@ import hydra
 from omegaconf import DictConfig
 
 import training.resolvers  # noqa: F401
+from training import preflight
+from training.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="export")
+@entry_point(preflight.export)
 def main(cfg: DictConfig) -> None:
     from training.artifacts import export_culture, run_model
 
@@ -17,7 +20,7 @@ def main(cfg: DictConfig) -> None:
     cultures = [cfg.culture] if cfg.culture else list(model.heads)
     out = Path(cfg.out) if cfg.out else run_dir / "export"
     for culture in cultures:
-        folder = export_culture(model, info, run_dir, culture, out / culture, merge=cfg.merge)
+        folder = export_culture(model, info, run_dir, culture, out / culture, merge=cfg.merge, ship_base_mb=cfg.ship_base_mb)
         print(f"[export] {culture}: {folder}")
 
 

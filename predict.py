@@ -9,6 +9,8 @@ a bad one stops the run naming file and line, or with `on_error=skip` is counted
 to `<out>.skipped.jsonl`. Memes without text get their caption read off the image with `ocr=rapidocr`
 (or `tesseract`; written to the predictions as `ocr_text`, cached per image); a meme lacking an input the
 model reads (text, image) stops the run naming it and how to provide it, unless `allow_missing` lists it.
+A base model the folder names but does not ship is given with `model.name_or_path=<local copy>` (VLM) or
+`model.text.name_or_path=…` / `model.fusion.name_or_path=…` (configs/predict.yaml).
 """
 
 import json
@@ -19,12 +21,16 @@ import hydra
 from omegaconf import DictConfig
 
 import training.resolvers  # noqa: F401
+from training import preflight
+from training.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="predict")
+@entry_point(preflight.predict)
 def main(cfg: DictConfig) -> None:
     from datamodules.predict_inputs import check_inputs
     from training.artifacts import load_culture
+    from training.bases import BaseModelError, base_overrides
     from training.predicting import predict, read_captions, read_inputs, write_predictions
 
     try:
@@ -32,7 +38,11 @@ def main(cfg: DictConfig) -> None:
     except (ValueError, FileNotFoundError) as error:  # InputError, a manifest naming files outside its folder …
         print(f"[predict] error: {error}", file=sys.stderr)
         sys.exit(1)
-    model, card = load_culture(cfg.adapters)
+    try:
+        model, card = load_culture(cfg.adapters, bases=base_overrides(cfg.model))
+    except BaseModelError as error:  # a base the folder names but this machine lacks: the key and the override to give
+        print(f"[predict] error: {error}", file=sys.stderr)
+        sys.exit(1)
     if cfg.culture and cfg.culture != card["culture"]:
         raise ValueError(f"{cfg.adapters} is the {card['culture']} export, not {cfg.culture}")
     if cfg.ocr:

@@ -29,6 +29,7 @@ import training.resolvers  # noqa: F401  (paths use ${project_root:})
 from datamodules.folds import find_folds
 from datamodules.shards import MANIFEST, conversion_summary
 from evaluation.dataset_report import write_annotation_report
+from training.user_errors import UserError, entry_point
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -74,6 +75,7 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+@entry_point()  # a UserError is one message on stderr, exit status 1 (training/user_errors.py)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset", choices=data_configs(), help="data config name (configs/data/<name>.yaml)")
@@ -87,12 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="convert again even if the shards exist")
     args = parser.parse_args(argv)
 
-    data = compose_data(args.dataset, [f"raw_dir={_quoted(str(Path(args.raw_dir).resolve()))}", f"on_error={args.on_error}", *args.set])
+    if not Path(args.raw_dir).expanduser().is_dir():
+        raise UserError(
+            f"--raw-dir {args.raw_dir} is not a folder", "pass --raw-dir <the dataset's folder in its published layout> (docs/datasets.md)"
+        )
+    data = compose_data(
+        args.dataset, [f"raw_dir={_quoted(str(Path(args.raw_dir).expanduser().resolve()))}", f"on_error={args.on_error}", *args.set]
+    )
     try:
         directory, manifest = prepare(data, args.out, args.force, args.folds)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    except (ValueError, FileNotFoundError) as error:  # a bad input (file and line named), a raw folder without its layout …
+        raise UserError(str(error)) from error
     if (directory / "dataset_report.md").is_file():
         print(f"annotation report (also in the manifest's source_summary): {directory / 'dataset_report.md'}")
     elif manifest.get("source_summary"):

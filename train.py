@@ -5,14 +5,15 @@ from omegaconf import DictConfig, OmegaConf
 
 import training.resolvers  # noqa: F401  (registers ${run_id:}, ${wandb_offline:} …)
 from datamodules.selection_rules import NO_SELECTION
+from training import preflight
+from training.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
+@entry_point(preflight.train)  # a prompting recipe, a ??? value, a missing data folder or fold: one message, no run dir
 def main(cfg: DictConfig) -> float | None:
     from training.pipeline import run
 
-    if cfg.get("runs_with"):  # a prompting protocol, not a training recipe: say where it runs instead of failing inside
-        raise SystemExit(f"experiment={cfg.name} is not trained by train.py: run it with `{cfg.runs_with} experiment={cfg.name} …`")
     OmegaConf.resolve(cfg)
     metrics = run(cfg)
     if not metrics["best"].get("val") and metrics["selection"]["rule"] in NO_SELECTION:

@@ -8,9 +8,12 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import training.resolvers  # noqa: F401  (registers ${run_id:}, ${tiny_vlm:} …)
+from training import preflight
+from training.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
+@entry_point(preflight.prompting("python zeroshot.py", "zeroshot", "qwen_zeroshot"))
 def main(cfg: DictConfig) -> float:
     from training.zeroshot import run
 

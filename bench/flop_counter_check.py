@@ -38,6 +38,22 @@ LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05}
 IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END = 1000, 1001, 1002, 1003
 
 
+def count_cpu_fused_attention() -> None:
+    """torch < 2.15's FlopCounterMode has no formula for SDPA's CPU kernel (`_scaled_dot_product_flash_attention_for_cpu`),
+    so it counted no attention FLOPs on CPU; 2.15 counts it with the same formulas as the GPU fused kernels. Register
+    torch's own formulas for it where they are missing, so both releases count the same step alike."""
+    import torch.utils.flop_counter as flop_counter
+
+    aten = torch.ops.aten
+    missing = {
+        aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: flop_counter.sdpa_backward_flop,
+    }
+    for op, formula in missing.items():
+        if op not in flop_counter.flop_registry and op.default not in flop_counter.flop_registry:
+            flop_counter.register_flop_formula(op, get_raw=True)(formula)  # already shape-wrapped
+
+
 def small_config(model_type: str) -> Any:
     """A small Qwen2-VL (`qwen2_vl`) or Qwen2.5-VL (`qwen2_5_vl`) with the released models' token layout."""
     from transformers import AutoConfig
@@ -92,6 +108,8 @@ def meme_inputs(config: Any, image_size: int = SMALL_IMAGE, text_tokens: int = S
 def counted_step(folder: Path, case: dict[str, Any], batch: dict[str, torch.Tensor]) -> tuple[int, int]:
     """FlopCounterMode's (forward, backward) FLOPs of one step of crossmod's classifier on `batch`."""
     from torch.utils.flop_counter import FlopCounterMode
+
+    count_cpu_fused_attention()
 
     from datamodules.heads import parse_heads
     from models.heads import HeadLayers

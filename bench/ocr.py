@@ -173,6 +173,14 @@ def fmt(entry: dict) -> str:
     return f"{entry['cer']:.3f}" if "cer" in entry else "not installed"
 
 
+def memes_per_second(per_lang: dict[str, dict]) -> float | None:
+    """Memes/s over the languages an engine read; None when it read none (Tesseract not installed)."""
+    read = [v for v in per_lang.values() if "memes" in v]
+    if not read:
+        return None
+    return round(sum(v["memes"] for v in read) / sum(v["memes"] / v["memes_per_s"] for v in read), 2)
+
+
 def entry(memes: list[tuple[bytes, str]], texts: list[str], seconds: float) -> dict:
     return {
         "cer": round(cer(memes, texts), 4),
@@ -341,18 +349,11 @@ def main() -> None:
         scale=100,
         unit="%",
     )
-    speed = {
-        name: round(
-            sum(v["memes"] for v in table[name].values() if "memes" in v)
-            / sum(v["memes"] / v["memes_per_s"] for v in table[name].values() if "memes" in v),
-            2,
-        )
-        for name in table
-    }
+    speed = {name: memes_per_second(per_lang) for name, per_lang in table.items()}
     result.payload["memes_per_s"] = speed
     result.finding(
         "Memes/s reading 512 px memes one after another (all languages): "
-        + ", ".join(f"{name} {value}" for name, value in speed.items())
+        + ", ".join(f"{name} {'not installed' if value is None else value}" for name, value in speed.items())
         + "."
     )
     result.note(

@@ -9,6 +9,7 @@ beside the outer assignment; no group of fold k ever gets a role other than `tes
 from __future__ import annotations
 
 import json
+import shlex
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,8 @@ import numpy as np
 from datamodules.sample import decode_shard_entry
 from datamodules.shards import read_manifest, shard_items, write_json_atomic
 from datamodules.tar_reader import shard_samples
+
+INNER_SHARE = 0.15  # cv.inner_share's default: prepare.py stores inner splits of this share unless told otherwise
 
 
 def assign_folds(groups: list[str], strata: list[str], num_folds: int, seed: int) -> dict[str, int]:
@@ -151,3 +154,64 @@ def ensure_folds(directory: str | Path, num_folds: int, seed: int, splits: list[
     manifest.setdefault("folds", []).append(entry)
     write_json_atomic(directory / "manifest.json", manifest)
     return entry
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    """One stored fold assignment as a reader of an error needs it: its key and which inner splits it holds."""
+    shares: dict[float, list[int]] = {}
+    for inner in entry.get("inner", []):
+        shares.setdefault(inner["share"], []).append(inner["fold"])
+    inner = "".join(f" with inner validation share {share} for folds {sorted(folds)}" for share, folds in sorted(shares.items()))
+    return f"num_folds={entry['num_folds']}, seed={entry['seed']} over {entry['splits']}{inner}"
+
+
+def _listing(splits: list[str]) -> str:
+    return "[" + ",".join(splits) + "]"
+
+
+def _prepare_command(manifest: dict[str, Any], num_folds: int, seed: int, splits: list[str], inner_share: float | None) -> str:
+    """The conversion call that stores these folds (and their inner splits) in the dataset's folder."""
+    recorded = manifest.get("split_roles")
+    sets = [f"fold_seed={seed}"] if seed != 0 else []
+    if recorded is None or recorded["folds"] != splits:
+        sets.append(f"train_splits={_listing(splits)}")
+    if inner_share is not None and inner_share != INNER_SHARE:
+        sets.append(f"inner_share={inner_share}")
+    params = manifest.get("params") or {}
+    if "raw_dir" not in params:  # a generated dataset: prepare.py converts raw layouts only
+        data = f"compose_data({json.dumps(manifest['dataset'])}, {json.dumps(sets)})"
+        call = f"from prepare import compose_data, prepare; prepare({data}, folds={num_folds})"
+        return shlex.join(["python", "-c", call])
+    words = ["python", "prepare.py", manifest["dataset"], "--raw-dir", str(params["raw_dir"])]
+    words += ["--on-error", "skip"] if params.get("on_error") == "skip" else []
+    words += ["--folds", str(num_folds), *(word for value in sets for word in ("--set", value))]
+    return shlex.join(words)
+
+
+def missing_folds(
+    location: str, manifest: dict[str, Any], num_folds: int, seed: int, splits: list[str], fold: int, inner_share: float | None
+) -> str:
+    """Why a read-only (remote) dataset cannot run `fold`, what its manifest holds instead, and the step that fixes it:
+    a `data.train_splits` override when it has these folds over other splits, else the prepare.py command that stores them.
+
+    `inner_share` is None when the run needs no inner validation split.
+    """
+    splits, present = sorted(splits), sorted(manifest["counts"]["split"])
+    recorded = manifest.get("split_roles")
+    target = splits if set(splits) <= set(present) else recorded["folds"] if recorded else ["all"] if "all" in present else splits
+    wanted = f"num_folds={num_folds}, seed={seed} over split(s) {splits}"
+    wanted += f" with an inner validation share {inner_share} for fold {fold}" if inner_share is not None else ""
+    held = "; ".join(_describe(entry) for entry in manifest.get("folds") or []) or "no fold assignments"
+    message = f"{location}: the manifest has no fold assignment for {wanted}, and a remote dataset is read-only. It has {held}"
+    message += f" (samples per split: {dict(sorted(manifest['counts']['split'].items()))}"
+    message += "; no split_roles record: it predates them, so data=shards reads splits train/val/test)" if recorded is None else ")"
+    override = f"`data.train_splits={_listing(target)}`"
+    entry = find_folds(manifest, num_folds, seed, target)
+    if target != splits and entry is not None and (inner_share is None or find_inner_validation(entry, fold, inner_share)):
+        return f"{message}. Fix: train on the splits those folds divide: {override}"
+    name = f"{manifest['dataset']}-{manifest.get('fingerprint')}"
+    then = f", then train with {override}" if target != splits else ""
+    return (
+        f"{message}. Fix: where {name} was prepared, run `{_prepare_command(manifest, num_folds, seed, target, inner_share)}` "
+        f"(with --out <its shard root> unless that was the default) and upload {name} again{then}"
+    )

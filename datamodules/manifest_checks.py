@@ -127,6 +127,18 @@ def _check_folds(manifest: dict[str, Any], path: Path) -> None:
             raise ManifestError(f"{path}: folds[{index}] divides {sum(sizes)} samples, but splits {splits} hold {expected}")
 
 
+def _check_split_roles(manifest: dict[str, Any], path: Path) -> None:
+    """`split_roles` (optional: older manifests lack it) maps train / val / test / folds to lists of split names."""
+    roles = manifest.get("split_roles")
+    if roles is None:
+        return
+    if not isinstance(roles, dict) or set(roles) != {"train", "val", "test", "folds"}:
+        raise ManifestError(f"{path}: split_roles must map train, val, test and folds to lists of splits, got {roles!r}")
+    for role, splits in roles.items():
+        if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
+            raise ManifestError(f"{path}: split_roles.{role} must be a list of split names, got {splits!r}")
+
+
 def check_manifest(manifest: dict[str, Any], path: Path) -> None:
     """Raise ManifestError unless the manifest has every field readers use and its counts agree."""
     _require(manifest, path, "dataset", str, "the dataset name")
@@ -134,3 +146,4 @@ def check_manifest(manifest: dict[str, Any], path: Path) -> None:
     per_split = _check_shard_records(_require(manifest, path, "shards", list, "a list of shard records"), path)
     _check_totals(manifest, path, per_split)
     _check_folds(manifest, path)
+    _check_split_roles(manifest, path)

@@ -25,7 +25,15 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from datamodules.batches import Preprocessor, SamplesToBatch
 from datamodules.even_batches import EvenBatches, sum_over_ranks
-from datamodules.folds import ensure_folds, ensure_inner_validation, find_folds, find_inner_validation, iter_records
+from datamodules.folds import (
+    INNER_SHARE,
+    ensure_folds,
+    ensure_inner_validation,
+    find_folds,
+    find_inner_validation,
+    iter_records,
+    missing_folds,
+)
 from datamodules.heads import Head, parse_heads
 from datamodules.length_groups import LengthGroupedBatches
 from datamodules.ocr import CaptionsFromImages
@@ -33,7 +41,16 @@ from datamodules.one_block import one_block
 from datamodules.remote import BACKOFF_S, RETRIES, is_remote
 from datamodules.sample import decode_shard_entry
 from datamodules.selection_rules import NO_SELECTION, RoleFilter, StagePlan, check_selection, fold_splits, rule_for
-from datamodules.shards import conversion_summary, fingerprint, read_manifest, shard_items, verify_shards, write_shards
+from datamodules.shards import (
+    MANIFEST,
+    conversion_summary,
+    fingerprint,
+    read_manifest,
+    shard_items,
+    verify_shards,
+    write_json_atomic,
+    write_shards,
+)
 from datamodules.stream_position import StreamResume, training_position
 from datamodules.tar_reader import shard_samples
 
@@ -92,7 +109,7 @@ class MemeDataModule(L.LightningDataModule):
         raw_dir: str | None = None,
         on_error: str = "raise",
         selection: str = "inner",
-        inner_share: float = 0.15,
+        inner_share: float = INNER_SHARE,
         describe: Callable[[Source], dict[str, Any] | None] | None = None,
         cache_dir: str | None = None,
         remote_retries: int = RETRIES,
@@ -184,7 +201,7 @@ class MemeDataModule(L.LightningDataModule):
                     params=self.source.params(),
                     maxcount=self.samples_per_shard,
                     allow_skip=self.allow_skip,
-                    extra=self._source_summary(),
+                    extra={"split_roles": self.split_roles, **self._source_summary()},
                     progress_every=1000,
                 )
                 print(conversion_summary(manifest), flush=True)
@@ -196,6 +213,7 @@ class MemeDataModule(L.LightningDataModule):
                     )
             elif self.verify:
                 verify_shards(self.dataset_dir)
+            self._record_split_roles()
             if folds:  # prepare.py --folds: the outer folds and, where the rule needs one, each fold's inner split
                 entry = ensure_folds(self.dataset_dir, folds, self.fold_seed, self.fold_splits)
                 for fold in range(folds):
@@ -214,14 +232,24 @@ class MemeDataModule(L.LightningDataModule):
         if self.fold is None:
             return manifest
         entry = find_folds(manifest, self.num_folds, self.fold_seed, self.fold_splits)
-        needs_inner = rule_for(self.fold, self.selection, manifest, self.val_splits) == "inner"
-        if entry is None or (needs_inner and find_inner_validation(entry, self.fold, self.inner_share) is None):
+        share = self.inner_share if rule_for(self.fold, self.selection, manifest, self.val_splits) == "inner" else None
+        if entry is None or (share is not None and find_inner_validation(entry, self.fold, share) is None):
             raise ValueError(
-                f"{self.dataset_dir}: the manifest has no fold assignment for num_folds={self.num_folds}, seed={self.fold_seed}"
-                f"{f' with an inner validation share of {self.inner_share}' if needs_inner else ''}, and a remote dataset is "
-                f"read-only: run `python prepare.py <dataset> … --folds {self.num_folds}` before uploading the folder"
+                missing_folds(str(self.dataset_dir), manifest, self.num_folds, self.fold_seed, self.fold_splits, self.fold, share)
             )
         return manifest
+
+    def _record_split_roles(self) -> None:
+        """Give a manifest written before datasets recorded their split roles the record (call under the lock).
+
+        Only a dataset's own config (it has a source) knows them; a reader of the folder alone never writes its guess.
+        """
+        if self.source is None:
+            return
+        manifest = read_manifest(self.dataset_dir)
+        if "split_roles" not in manifest:
+            manifest["split_roles"] = self.split_roles
+            write_json_atomic(self.dataset_dir / MANIFEST, manifest)
 
     @property
     def remote(self) -> dict[str, Any] | None:
@@ -249,6 +277,12 @@ class MemeDataModule(L.LightningDataModule):
         extra = self.describe(self.source) if self.describe is not None else None
         merged = {**(extra or {}), **own}
         return {"source_summary": merged} if merged else {}
+
+    @property
+    def split_roles(self) -> dict[str, list[str]]:
+        """The splits this module trains, validates and tests on, and those its folds divide: recorded in the
+        manifest at conversion, so `data=shards` reads the folder as the dataset's config does."""
+        return {"train": self.train_splits, "val": self.val_splits, "test": self.test_splits, "folds": self.fold_splits}
 
     @property
     def fold_splits(self) -> list[str]:

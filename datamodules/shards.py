@@ -29,6 +29,8 @@ from datamodules.tar_reader import shard_samples
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+# How a manifest without a `split_roles` record (written before datasets recorded it) is read: MemeDataModule's defaults.
+DEFAULT_SPLIT_ROLES: dict[str, list[str]] = {"train": ["train"], "val": ["val"], "test": ["test"], "folds": ["train"]}
 TAR_MTIME = 0  # fixed member times: a rerun writes byte-identical shards
 
 
@@ -74,6 +76,13 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     check_shard_names(manifest, path)
     check_manifest(manifest, path)
     return manifest
+
+
+def split_roles(manifest: dict[str, Any]) -> dict[str, list[str]]:
+    """Which splits the dataset trains (`train`), validates (`val`) and tests (`test`) on, and which its folds divide
+    (`folds`), as its config said at conversion: a reader of the folder alone (`data=shards`, possibly remote) then
+    needs no split keys. An older manifest without the record reads as the datamodule's defaults, as it always did."""
+    return manifest.get("split_roles") or DEFAULT_SPLIT_ROLES
 
 
 def check_shard_names(manifest: dict[str, Any], path: Path) -> None:

@@ -1,7 +1,7 @@
-"""Render the README's benchmark table from the committed results in `bench/results/*.json`.
+"""Render the benchmark table of docs/performance.md from the committed results in `bench/results/*.json`.
 
     python scripts/bench_table.py            (rewrite the table between the bench-table markers)
-    python scripts/bench_table.py --check    (exit 1 when the README differs from the rendering)
+    python scripts/bench_table.py --check    (exit 1 when the page differs from the rendering)
 
 The numbers are never typed: every cell comes from a result file written by a script in `bench/`
 (`make bench` runs them all, then this script). Each row names the variant and its baseline, their
@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "performance.md"  # the page that holds the table
 START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
 ORDER = ("training_overhead", "data_loading", "conversion", "zeroshot_generation", "ocr", "vlm_training", "vlm_flops", "memory_plan")
 TITLES = {
@@ -105,7 +105,7 @@ def render(results: list[dict]) -> str:
 
 def readme_block(text: str) -> str:
     if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} … {END} markers")
+        raise SystemExit(f"{README.name} has no {START} … {END} markers")
     return text.split(START, 1)[1].split(END, 1)[0].strip()
 
 
@@ -128,9 +128,11 @@ def main() -> None:
     rendered = render(load_results())
     if args.check:
         if readme_block(README.read_text()) != rendered.strip():
-            print("README.md benchmark table differs from bench/results/*.json: run python scripts/bench_table.py", file=sys.stderr)
+            print(
+                "docs/performance.md benchmark table differs from bench/results/*.json: run python scripts/bench_table.py", file=sys.stderr
+            )
             raise SystemExit(1)
-        print("README.md benchmark table is up to date")
+        print("docs/performance.md benchmark table is up to date")
         return
     update_readme(rendered)
     print(rendered)

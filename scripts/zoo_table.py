@@ -39,7 +39,7 @@ def train(family: str, epochs: int, seed: int, log_dir: Path) -> dict:
     ]
     start = time.time()
     subprocess.run(command, cwd=ROOT, check=True, env={**os.environ, "CROSSMOD_RUN_ID": run_id, "WANDB_MODE": "offline"})
-    metrics = json.loads((log_dir / "synthetic_concat" / "runs" / run_id / "metrics.json").read_text())
+    metrics = json.loads((log_dir / f"synthetic_{family}" / "runs" / run_id / "metrics.json").read_text())  # named <data>_<model>
     return {
         "family": family,
         "val_mean_auroc": metrics["best"]["val"]["mean"]["auroc"],

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scripts.bench_table import ORDER, README, RESULTS, load_results, readme_block, render
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scaled
 
 SCRIPTS = ORDER  # every script make bench runs
 TIMEOUT = 420
@@ -37,7 +37,7 @@ def smoke_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess,
     runs = {}
     for name, proc in procs.items():
         try:
-            stdout, _ = proc.communicate(timeout=TIMEOUT)
+            stdout, _ = proc.communicate(timeout=scaled(TIMEOUT))
         except subprocess.TimeoutExpired:
             for other in procs.values():
                 other.kill()
@@ -127,7 +127,7 @@ def test_the_gpu_throughput_script_runs_its_whole_report_on_cpu_flagged_as_no_gp
         env=env,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=scaled(TIMEOUT),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())

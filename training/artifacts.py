@@ -3,7 +3,8 @@
 A culture folder holds safetensors only: `adapter_config.json` + `adapter_model.safetensors` for LoRA
 (loadable with `PeftModel.from_pretrained(base, folder)`), else `model.safetensors` (the classifier's
 backbone); `head.safetensors` (this culture's rows of the head layers); `model_config.json` (the
-family config to rebuild it); `culture_card.json` and a README. Loading refuses pickle files, and
+family config to rebuild it, its bases portable: hub ids or small bases shipped in `base/`, see
+training/bases.py); `culture_card.json` and a README. Loading refuses pickle files, and
 configs that name anything but crossmod's own model parts (models/trusted_targets.py): a folder or a
 run someone shares is data, never code.
 """
@@ -11,6 +12,7 @@ run someone shares is data, never code.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from models.module import MemeClassifier
 from models.trusted_targets import MODEL_ROOT, check_trusted
+from training.bases import BaseModelError, absolute_paths, override_keys, portable_bases, resolve_bases
 from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
 from training.redaction import redact
 
@@ -29,8 +32,8 @@ LABEL_MAP = {"0": "non-hate", "1": "hate"}
 
 
 def refuse_pickles(folder: Path) -> None:
-    """Exported weights are safetensors; a pickle offered as weights could run code on load."""
-    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    """Exported weights are safetensors (a shipped base's too); a pickle offered as weights could run code on load."""
+    pickles = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         raise ValueError(
             f"{folder} holds pickle files {pickles}: crossmod loads safetensors only "
@@ -81,7 +84,10 @@ def fold_metrics(run_dir: Path, experiment: str, culture: str) -> dict[str, Any]
     return folds
 
 
-def export_culture(model: MemeClassifier, info: dict[str, Any], run_dir: Path, culture: str, out: Path, merge: bool = False) -> Path:
+def export_culture(
+    model: MemeClassifier, info: dict[str, Any], run_dir: Path, culture: str, out: Path, merge: bool = False, ship_base_mb: float = 64
+) -> Path:
+    """Write the culture's folder; its bases named portably (hub ids, or local folders up to `ship_base_mb` MiB shipped inside)."""
     if culture not in model.heads:
         raise KeyError(f"culture {culture!r} is not a head of this run (heads: {list(model.heads)})")
     out.mkdir(parents=True, exist_ok=True)
@@ -93,10 +99,16 @@ def export_culture(model: MemeClassifier, info: dict[str, Any], run_dir: Path, c
             **json.loads(json.dumps(dict(model.hparams), default=str)),
         }
     )
+    for note in portable_bases(model_cfg, out, ship_base_mb):
+        print(f"[export] {culture}: {note}")
+    leaks = absolute_paths(model_cfg)
+    if leaks:  # a key crossmod does not know as a base: refuse rather than ship a path of this machine
+        raise ValueError(f"model_config.json would hold absolute paths at {leaks}: crossmod cannot make them portable")
     backbone = model.backbone
     lora = hasattr(backbone, "save_adapter") and bool(model_cfg.get("fusion", {}).get("lora"))
     if lora:
         backbone.save_adapter(out)
+        _portable_adapter_config(out / "adapter_config.json", model_cfg["fusion"]["name_or_path"])
         if merge:
             merged = _merged_copy(backbone)
             merged.save_pretrained(out / "merged", safe_serialization=True)
@@ -129,6 +141,22 @@ def export_culture(model: MemeClassifier, info: dict[str, Any], run_dir: Path, c
     (out / "culture_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
     (out / "README.md").write_text(_readme(card))
     return out
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    """The error and its causes (Hydra wraps what a constructor raised)."""
+    chain = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def _portable_adapter_config(path: Path, base: str) -> None:
+    """PEFT records the base it was trained on; the export names it as model_config.json does, never by this machine's path."""
+    config = json.loads(path.read_text())
+    config["base_model_name_or_path"] = base
+    path.write_text(json.dumps(config, indent=2))
 
 
 def _merged_copy(backbone: Any) -> Any:
@@ -170,7 +198,7 @@ def _readme(card: dict[str, Any]) -> str:
             "```python",
             "from peft import PeftModel",
             "from transformers import AutoModelForImageTextToText",
-            f"base = AutoModelForImageTextToText.from_pretrained({card['base_model']!r})",
+            f"base = AutoModelForImageTextToText.from_pretrained({_readme_base(card['base_model'])!r})",
             "model = PeftModel.from_pretrained(base, '<this folder>')",
             "```",
             "or with crossmod: `python predict.py adapters=<this folder> inputs=<memes>`",
@@ -178,10 +206,17 @@ def _readme(card: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load_culture(folder: str | Path) -> tuple[MemeClassifier, dict[str, Any]]:
+def _readme_base(base: str | None) -> str:
+    """The base as a reader of the README loads it: a shipped one inside this folder."""
+    return f"<this folder>/{base[2:]}" if base and base.startswith("./") else str(base)
+
+
+def load_culture(folder: str | Path, bases: Mapping[str, str | None] | None = None) -> tuple[MemeClassifier, dict[str, Any]]:
     """Rebuild an exported culture's classifier (fresh base + adapter, or the saved classifier weights).
 
-    The folder is data: its configs are checked (models/trusted_targets.py) before anything is built.
+    The folder is data: its configs are checked (models/trusted_targets.py) before anything is built, and its
+    bases resolved inside it (training/bases.py). `bases`: the user's overrides, by model_config key
+    (`{"name_or_path": <local copy>}`), for a base the folder names but this machine holds elsewhere.
     """
     folder = Path(folder)
     refuse_pickles(folder)
@@ -189,14 +224,25 @@ def load_culture(folder: str | Path) -> tuple[MemeClassifier, dict[str, Any]]:
     model_cfg = json.loads((folder / "model_config.json").read_text())
     check_trusted(card.get("heads"), folder / "culture_card.json")
     check_trusted(model_cfg, folder / "model_config.json", root=MODEL_ROOT)
+    keys = override_keys(model_cfg)
+    resolve_bases(model_cfg, folder, bases)
     model_cfg["heads"] = card["heads"]
     lora = card["format"] == "peft-lora"
     if lora:
         model_cfg["fusion"] = {**model_cfg["fusion"], "lora": None, "heads": card["heads"]}
     elif "heads" in model_cfg.get("fusion", {}):
         model_cfg["fusion"] = {**model_cfg["fusion"], "heads": card["heads"]}
-    model: MemeClassifier = instantiate(model_cfg, _recursive_=False)
-    model.configure_model()
+    try:
+        model: MemeClassifier = instantiate(model_cfg, _recursive_=False)
+        model.configure_model()
+    except Exception as error:  # Transformers' OSError (not on the hub, offline, not a model folder), maybe wrapped by Hydra
+        cause = next((e for e in _chain(error) if isinstance(e, OSError)), None)
+        if cause is None:
+            raise
+        fixes = " or ".join(f"model.{key}=<local copy>" for key in keys)
+        raise BaseModelError(
+            f"{folder}: cannot load its base model ({cause}). Give this machine's copy: python predict.py adapters={folder} {fixes}"
+        ) from error
     if lora:
         model.backbone.load_adapter(folder)
     else:

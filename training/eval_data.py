@@ -29,10 +29,12 @@ from datamodules.predict_inputs import check_inputs
 from evaluation.functional import functional_metrics
 from training.evaluating import evaluate
 from training.scored_splits import RunFacts, ScoredSplit, run_facts, scored_splits
+from training.user_errors import UserError
 
 
-class EvalDataError(ValueError):
-    """eval_data cannot be scored by this model (head mapping, missing inputs): raised before training."""
+class EvalDataError(UserError, ValueError):
+    """eval_data cannot be scored by this model (head mapping, missing inputs): raised before training, and
+    printed by train.py as one message (training/user_errors.py)."""
 
 
 @dataclass(frozen=True)

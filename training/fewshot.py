@@ -19,10 +19,9 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
-import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -35,6 +34,12 @@ from training.console import configure_console
 from training.exemplars import heldout_split, search_alpha
 from training.fewshot_prompts import FewShotGenerator, FewShotPrompt, stage_label
 from training.fewshot_retrieval import STRATEGIES, MemeTable, index_tags, needs_alpha, read_tags_file, strategies_asked, tag_vocabulary
+from training.inference_device import inference_device
+from training.preflight import prompting
+from training.user_errors import entry_point
+
+if TYPE_CHECKING:
+    import torch
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ANSWER_COLUMNS = ("phase", "strategy", "stage", "shots", "alpha", "id", "exemplars", "gold", "prediction", "generation")
@@ -129,7 +134,7 @@ class FewShotRun:
 
 
 def build_table(
-    settings: DictConfig, records: list[dict[str, Any]], strategies: list[str], dataset_key: str, dataset: str
+    settings: DictConfig, records: list[dict[str, Any]], strategies: list[str], dataset_key: str, dataset: str, device: torch.device
 ) -> tuple[MemeTable, dict]:
     """The memes with the embeddings the strategies need (read from the cache, or computed once and cached)."""
     uses_image = any(STRATEGIES[s][0] for s in strategies)
@@ -154,7 +159,6 @@ def build_table(
 
         def clip() -> ClipEncoder:
             if not encoder:
-                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
                 encoder.append(ClipEncoder(str(settings.clip), int(settings.clip_batch_size), device))
             return encoder[0]
 
@@ -253,10 +257,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             f"fewshot.splits {list(settings.splits)} and fewshot.pool_splits {list(settings.pool_splits)} overlap: exemplars come from train only"
         )
     records, manifest = read_memes(cfg)
+    device = inference_device(cfg.trainer, "few-shot prompting")
     table, embedding_info = build_table(
-        settings, records, strategies, f"{manifest['dataset']}-{manifest['fingerprint']}", manifest["dataset"]
+        settings, records, strategies, f"{manifest['dataset']}-{manifest['fingerprint']}", manifest["dataset"], device
     )
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model_cfg = cfg.model
     generator = FewShotGenerator(
         str(model_cfg.name_or_path),
@@ -317,6 +321,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIGS), config_name="train")
+@entry_point(prompting("python -m training.fewshot", "fewshot", "toxictags_fewshot"))
 def main(cfg: DictConfig) -> None:
     OmegaConf.resolve(cfg)
     run(cfg)

@@ -43,7 +43,10 @@ from models.sentence_embedder import SentenceEmbedder
 from models.vlm.families import model_type
 from models.vlm.preprocess import meme_image
 from training.console import configure_console
+from training.inference_device import inference_device
 from training.memebridge_prompts import MemeBridgePrompts
+from training.preflight import prompting
+from training.user_errors import entry_point
 
 
 def questions(records: list[dict[str, Any]], prompts: MemeBridgePrompts) -> list[dict[str, Any]]:
@@ -216,7 +219,7 @@ def run(cfg: DictConfig) -> float:
     records = read_samples(datamodule.dataset_dir, list(settings.splits))
     if not records:
         raise ValueError(f"no memes in splits {list(settings.splits)} of {datamodule.dataset_dir}")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = inference_device(cfg.trainer, "MemeBridge prompting")
     model = instantiate(cfg.model, _recursive_=False)
     model.configure_model()
     if settings.adapter:
@@ -260,6 +263,7 @@ def run(cfg: DictConfig) -> float:
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+@entry_point(prompting("python -m training.memebridge", "memebridge", "memebridge_prompting"))
 def main(cfg: DictConfig) -> float:
     OmegaConf.resolve(cfg)
     return run(cfg)

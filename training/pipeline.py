@@ -25,6 +25,7 @@ from training.report import print_table
 from training.runs import copy_manifest, nest, save_config, write_metrics
 from training.selection import NO_VALIDATION, without_selection
 from training.slurm import SlurmRequeue, check_allocation
+from training.strategies import with_default_strategy
 
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -54,7 +55,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if no_validation:
         callbacks = without_selection(callbacks)
     loggers = _instantiate_all(cfg.get("logger"))
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **(NO_VALIDATION if no_validation else {}))
+    trainer_cfg = with_default_strategy(cfg.trainer)
+    trainer: L.Trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False, **(NO_VALIDATION if no_validation else {}))
     datamodule.lockstep_eval_under_sharding = is_zero3(trainer.strategy)  # sharded forwards are collectives
 
     if trainer.is_global_zero:

@@ -27,6 +27,39 @@ def run_id() -> str:
     return time.strftime("%Y-%m-%d_%H-%M-%S") + trial
 
 
+def run_name(*, _root_) -> str:
+    """The name of a run started without `experiment=` or `name=`: `<data>_<model>` from Hydra's choices.
+
+    The default choices give the default experiment's name (`synthetic_concat`); `data=multi3hate model=text`
+    gives `multi3hate_text`, so its run directory, W&B group and report rows say what ran. An experiment sets its own
+    `name`, and `name=` on the command line wins over both. Read from the composed config's `hydra` node, else from
+    the running Hydra job (the task's config no longer carries the node).
+    """
+    choices = OmegaConf.select(_root_, "hydra.runtime.choices", default=None)
+    if choices is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            raise ValueError("`name` is derived from Hydra's group choices, which this config was composed without: set name=<name>")
+        choices = HydraConfig.get().runtime.choices
+    return "_".join(str(choices[group]).replace("/", "-") for group in ("data", "model"))
+
+
+def multirun_name(*, _root_) -> str:
+    """The name of a multirun's directory: the sweep's own `name`, so `-m model=text,image` keeps all its jobs under one
+    `<name>/multiruns/<run id>` while each job's runs are named after what it trains (synthetic_text, synthetic_image:
+    W&B groups, fold results, report rows).
+
+    Memoised in the config's resolver cache (OmegaConf's `use_cache` is not offered to resolvers reading `_root_`):
+    Hydra resolves the sweep directory on the sweep's config first and copies that cache into every job's config,
+    as it does for ${run_id:}, so each job finds the sweep's name instead of deriving its own.
+    """
+    memo = OmegaConf.get_cache(_root_).setdefault("multirun_name", {})
+    if () not in memo:
+        memo[()] = str(_root_.name)
+    return memo[()]
+
+
 def cv_group(run: str) -> str:
     """Shared by the folds of one cross-validation: CROSSMOD_CV_GROUP, else the SLURM array job, else `run`.
 
@@ -65,6 +98,14 @@ def manifest_heads(shard_dir: str):
     from datamodules.shards import read_manifest
 
     return OmegaConf.create(read_manifest(shard_dir)["heads"])
+
+
+def manifest_splits(shard_dir: str, role: str):
+    """The splits a prepared shard directory trains (`train`), validates (`val`) or tests (`test`) on, as its manifest
+    records them (an older one without the record: train / val / test), so `data=shards` needs no split keys."""
+    from datamodules.shards import read_manifest, split_roles
+
+    return OmegaConf.create(split_roles(read_manifest(shard_dir))[role])
 
 
 def tiny_text_encoder(out_dir: str) -> str:
@@ -111,6 +152,8 @@ def is_bf16(precision: str) -> bool:
 def register() -> None:
     for name, fn in {
         "run_id": run_id,
+        "run_name": run_name,
+        "multirun_name": multirun_name,
         "cv_group": cv_group,
         "wandb_offline": wandb_offline,
         "fold_job_type": fold_job_type,
@@ -120,6 +163,7 @@ def register() -> None:
         "tiny_visual_bert": tiny_visual_bert,
         "project_root": project_root,
         "manifest_heads": manifest_heads,
+        "manifest_splits": manifest_splits,
         "is_bf16": is_bf16,
     }.items():
         if not OmegaConf.has_resolver(name):

@@ -21,8 +21,14 @@ from datamodules.folds import find_folds
 from datamodules.memes import MemeDataModule
 from datamodules.remote import is_remote
 from datamodules.shards import read_manifest, read_samples
+from training.user_errors import UserError
 
 log = logging.getLogger(__name__)
+
+
+class SplitError(UserError, ValueError):
+    """The evaluated dataset lacks the split (or the run's held-out fold) a run is to be scored on: the message
+    names it and the fix (`split=`); evaluate.py prints it as one line."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,7 @@ class SplitReader:
         """(split, record) for the memes of `splits`, split after split, each in shard order."""
         missing = [s for s in splits if s not in self.present]
         if missing:
-            raise ValueError(f"dataset {self.manifest['dataset']} ({self.dataset_dir}) has no split {missing} (splits: {self.present})")
+            raise SplitError(f"dataset {self.manifest['dataset']} ({self.dataset_dir}) has no split {missing} (splits: {self.present})")
         for split in splits:
             if split not in self._cache:
                 self._cache[split] = read_samples(self.dataset_dir, [split])
@@ -139,7 +145,7 @@ def scored_splits(facts: list[RunFacts], split: str, dataset_dir: Path, test_spl
 def _fold_entry(run: RunFacts) -> dict[str, Any]:
     """The run's fold assignment, from the manifest copy in its folder (the dataset as it trained on it)."""
     if run.run_dir is None:
-        raise ValueError(
+        raise SplitError(
             f"{run.source}: exported from fold {run.fold} of {run.num_folds}, but an export holds no fold assignment: "
             "evaluate the run folder (it has its manifest.json) for its held-out fold, or give split= explicitly"
         )
@@ -171,10 +177,10 @@ def _held_out(run: RunFacts, reader: SplitReader) -> ScoredSplit:
         f"dataset is {_named(reader.manifest)} ({reader.dataset_dir})"
     )
     if entry["dataset"] != evaluated:
-        raise ValueError(f"{other_dataset}: its held-out fold is not in it; give split= explicitly to score these memes")
+        raise SplitError(f"{other_dataset}: its held-out fold is not in it; give split= explicitly to score these memes")
     absent = [s for s in entry["splits"] if s not in reader.present]
     if absent:
-        raise ValueError(f"{other_dataset}, which has no split {absent}: give split= explicitly to score these memes")
+        raise SplitError(f"{other_dataset}, which has no split {absent}: give split= explicitly to score these memes")
     assignment = entry["assignment"]
     records = reader.read(entry["splits"])
     groups = {r["group"] for _, r in records}
@@ -182,18 +188,18 @@ def _held_out(run: RunFacts, reader: SplitReader) -> ScoredSplit:
     if unknown or unseen:
         differences = [f"{len(unknown)} groups the run's fold assignment lacks, e.g. {unknown[:3]}"] if unknown else []
         differences += [f"{len(unseen)} of the run's groups missing, e.g. {unseen[:3]}"] if unseen else []
-        raise ValueError(f"{other_dataset}, with other groups ({'; '.join(differences)}): give split= explicitly to score these memes")
+        raise SplitError(f"{other_dataset}, with other groups ({'; '.join(differences)}): give split= explicitly to score these memes")
     held = [r for _, r in records if assignment[r["group"]] == run.fold]
     expected = entry["samples_per_fold"][run.fold]
     if len(held) != expected:
-        raise ValueError(f"{other_dataset}: its fold {run.fold} has {len(held)} memes, the run's had {expected}; give split= explicitly")
+        raise SplitError(f"{other_dataset}: its fold {run.fold} has {len(held)} memes, the run's had {expected}; give split= explicitly")
     return ScoredSplit(held, f"held-out fold {run.fold} of {run.num_folds}", "auto", run.selection)
 
 
 def _test_split(run: RunFacts, reader: SplitReader, test_splits: list[str]) -> ScoredSplit:
     present = [s for s in test_splits if s in reader.present]
     if not present:
-        raise ValueError(
+        raise SplitError(
             f"run {run.name} is not a fold run, so split=auto scores the dataset's test split (data.test_splits="
             f"{list(test_splits)}), but dataset {reader.manifest['dataset']} ({reader.dataset_dir}) has only the splits "
             f"{reader.present}: give split= explicitly (one of them, or all = every split), minding which of them the run trained on"
@@ -206,7 +212,7 @@ def _explicit(run: RunFacts, reader: SplitReader, split: str) -> ScoredSplit:
     splits = reader.present if split == "all" else [split]
     if split != "all" and split not in reader.present:
         hint = f"; leave split= out (split=auto) to score fold run {run.name} on its held-out fold" if run.fold is not None else ""
-        raise ValueError(
+        raise SplitError(
             f"dataset {reader.manifest['dataset']} ({reader.dataset_dir}) has no split {split!r} (splits: {reader.present}){hint}"
         )
     records = reader.read(splits)

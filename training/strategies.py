@@ -8,6 +8,7 @@ and on laptops exactly as they run on GPUs, where this class is Lightning's stra
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,7 +17,7 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies import DeepSpeedStrategy as LightningDeepSpeedStrategy
 from lightning.pytorch.utilities import rank_zero_warn
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 
 class DeepSpeedStrategy(LightningDeepSpeedStrategy):
@@ -59,3 +60,30 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
             return super().load_checkpoint(checkpoint_path, weights_only)
         finally:
             module.strict_loading = strict
+
+
+DDP_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "strategy" / "ddp.yaml"
+
+
+def process_count(trainer_cfg: DictConfig) -> int | None:
+    """Processes the trainer config asks for (devices × nodes), or None when Lightning decides (`devices=auto`)."""
+    devices, nodes = trainer_cfg.get("devices", 1), trainer_cfg.get("num_nodes", 1)
+    if isinstance(devices, str) and devices.lstrip("-").isdigit():
+        devices = int(devices)
+    if isinstance(devices, int) and devices > 0:
+        return devices * int(nodes)
+    if OmegaConf.is_list(devices) or isinstance(devices, (list, tuple)):
+        return len(devices) * int(nodes)
+    return None
+
+
+def with_default_strategy(trainer_cfg: DictConfig) -> DictConfig:
+    """Several processes and no `strategy=`: crossmod's DDP settings (configs/strategy/ddp.yaml, their one home)
+    instead of Lightning's auto DDP, whose per-forward buffer broadcast hangs exact evaluation (ranks score
+    different numbers of batches). A strategy chosen anywhere (`strategy=…`, `trainer.strategy=…`) is kept."""
+    if trainer_cfg.get("strategy") not in (None, "auto") or (process_count(trainer_cfg) or 1) <= 1:
+        return trainer_cfg
+    trainer_cfg = trainer_cfg.copy()
+    with open_dict(trainer_cfg):
+        trainer_cfg.strategy = OmegaConf.load(DDP_CONFIG)
+    return trainer_cfg

@@ -26,6 +26,7 @@ from datamodules.shards import read_samples
 from evaluation.zeroshot_stats import accuracy_table, auroc_table, markdown, summarise
 from models.vlm.families import model_type
 from training.console import configure_console
+from training.inference_device import inference_device
 
 
 def answer_all(
@@ -76,7 +77,7 @@ def run(cfg: DictConfig) -> float:
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
     model.configure_model()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = inference_device(cfg.trainer, "zeroshot.py")
     model.to(device).eval()
     datamodule.prepare_data()
     records = read_samples(datamodule.dataset_dir, list(settings.splits))

@@ -19,7 +19,7 @@ from PIL import Image
 
 from datamodules.sources.images import MAX_IMAGE_BYTES
 from tests.bad_input.conversion_attacks import refused_then_counted
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scaled
 from tests.datamodules.sources import layouts
 from tests.datamodules.sources.helpers import source
 
@@ -71,7 +71,7 @@ def probed(tmp_path_factory) -> dict:
         raw = layouts.hateful_memes(root / f"case{index}")
         _sparse(raw / "img" / "01002.png", head, 2 * GIB)
         args.append(f"{name}|{raw}|{limit}")
-    result = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -126,7 +126,9 @@ def test_a_fifo_named_png_does_not_hang_conversion_or_predict(tmp_path, record_p
         "import sys; from pathlib import Path; from datamodules.predict_inputs import read_inputs;"
         "r = read_inputs(Path(sys.argv[1]), on_error='skip'); print(r.read, r.skipped[0].reason)"
     )
-    result = subprocess.run([sys.executable, "-c", script, str(raw / "images")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(raw / "images")], cwd=ROOT, capture_output=True, text=True, timeout=scaled(120)
+    )
     assert result.returncode == 0 and result.stdout.startswith("8 not a regular file"), result.stderr[-2000:]
     refused_then_counted(
         "toxictags",

@@ -108,6 +108,13 @@ def test_fold_sizes_that_do_not_add_up_are_refused(copy):
         read_manifest(copy)
 
 
+def test_split_roles_that_are_not_lists_of_splits_are_refused(copy):
+    """`data=shards` trains on the splits `split_roles` names: a record it cannot read stops before any run is configured."""
+    edit_manifest(copy, lambda m: m.update(split_roles={"train": "all", "val": [], "test": [], "folds": ["all"]}))
+    with pytest.raises(ManifestError, match=r"split_roles\.train must be a list of split names, got 'all'"):
+        read_manifest(copy)
+
+
 class _Unchanged:
     """A preprocessor that hands samples on as they are (the attack is in the reading, not the model)."""
 

@@ -17,7 +17,7 @@ import pytest
 from datamodules.predict_inputs import InputError, read_inputs
 from datamodules.sample import Sample
 from datamodules.shards import write_shards
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scaled
 from tests.datamodules.sources import layouts
 from training.predicting import write_predictions
 
@@ -91,12 +91,14 @@ def test_predict_shards_with_a_corrupt_image_are_checked_again(tmp_path):
 def test_predict_cli_names_the_bad_line_without_a_traceback(tmp_path):
     """Inputs are read before the model is loaded, and a bad one is one line on stderr, exit code 1."""
     (tmp_path / "memes.jsonl").write_bytes(b'{"id": 1, "text": "caf\xe9"}\n')
+    (tmp_path / "none").mkdir()  # passes predict.py's up-front check (an exported folder has its card) but holds no model
+    (tmp_path / "none" / "culture_card.json").write_text("{}")
     result = subprocess.run(
         [sys.executable, str(ROOT / "predict.py"), f"adapters={tmp_path / 'none'}", f"inputs={tmp_path / 'memes.jsonl'}"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert result.returncode == 1, result.stderr[-2000:]
     assert f"{tmp_path / 'memes.jsonl'}:1: cannot read this meme (non-UTF-8 bytes" in result.stderr

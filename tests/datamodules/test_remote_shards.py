@@ -1,10 +1,13 @@
 """Shards read from a real HTTP server (and a `pipe:` command) give exactly the samples of the local folder;
 a dropped connection is resumed at the same byte, a corrupt byte or a server that keeps failing is a
-named error, and the cache keeps one verified copy per shard."""
+named error, and the cache keeps one verified copy per shard. A fold run of a served one-split dataset (MHC) reads
+the splits its manifest records; where its folds are missing, the error's advice is a step that fixes the run."""
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 import tarfile
 
@@ -134,3 +137,110 @@ def test_a_remote_manifest_naming_a_hostile_shard_is_refused(dataset, tmp_path):
     with pytest.raises(ValueError, match="shard 0: .*not a plain name"):
         read_manifest(f"pipe:cat {hostile}/{{name}}")
     assert not (tmp_path / "pwned.tar").exists()
+
+
+# ------------------------------------------------------------------ fold runs on a one-split dataset (MHC layout)
+SHARDS_FOLD0 = ("fold=0", "num_folds=3", "num_workers=0", "remote_retries=1", "remote_backoff=0.01")
+
+
+def _prepare_mhc(root, *options: str):
+    """`python prepare.py mhc --raw-dir … --out <root>/shards <options>` on a tiny MHC layout: (raw dir, shard dir)."""
+    from prepare import main
+    from tests.datamodules.sources import layouts
+
+    raw = layouts.mhc(root / "raw", cases=12)  # 2 languages × 6 templates: 12 groups, all in split `all`
+    assert main(["mhc", "--raw-dir", str(raw), "--out", str(root / "shards"), *options]) == 0
+    (directory,) = [p for p in (root / "shards").glob("mhc-*") if p.is_dir()]
+    return raw, directory
+
+
+def _shards_datamodule(url: str, *overrides: str):
+    """`train.py data=shards data.shard_dir=<url> <overrides>`'s datamodule, set up for fitting."""
+    from types import SimpleNamespace
+
+    from hydra.utils import instantiate
+
+    from prepare import compose_data
+    from tests.datamodules.test_memes import IdsOnly
+
+    dm = instantiate(compose_data("shards", [f"shard_dir={url}", *overrides]), preprocessor=IdsOnly())
+    dm.prepare_data()
+    dm.trainer = SimpleNamespace(global_rank=0, world_size=1, lightning_module=None)
+    dm.setup("fit")
+    return dm
+
+
+def _loader_ids(loader) -> list[str]:
+    return [i for batch in loader for i in batch["ids"]]
+
+
+@pytest.fixture(scope="module")
+def mhc_prepared(tmp_path_factory):
+    return _prepare_mhc(tmp_path_factory.mktemp("mhc"), "--folds", "3")
+
+
+def test_data_shards_runs_a_fold_of_a_one_split_dataset_from_the_server(mhc_prepared):
+    """The issue's case: `prepare.py mhc … --folds 3`, served over HTTP, `data=shards fold=0 num_folds=3` without split keys."""
+    _, directory = mhc_prepared
+    manifest = read_manifest(directory)
+    with serve(directory.parent) as (base, faults):
+        dm = _shards_datamodule(f"{base}/{directory.name}", *SHARDS_FOLD0)
+        held_out, selection = _loader_ids(dm.test_dataloader()), _loader_ids(dm.val_dataloader())
+        (entry,) = manifest["folds"]
+        assert (
+            dm.selection_rule == "inner" and len(held_out) == entry["samples_per_fold"][0] and len(selection) == dm.num_samples("val") > 0
+        )
+        group_of = {s["id"]: s["group"] for s in read_samples(directory)}
+        assert {entry["assignment"][group_of[i]] for i in held_out} == {0}
+        assert not {entry["assignment"][group_of[i]] for i in selection} & {0}
+        assert all(faults.requests[s["name"]] >= 1 for s in manifest["shards"])  # read from the server
+    assert manifest["split_roles"] == {"train": ["all"], "val": [], "test": [], "folds": ["all"]}  # what data=shards read
+
+
+def _command(error: str, start: str) -> str:
+    match = re.search(rf"`({re.escape(start)}[^`]*)`", error)
+    assert match, f"no `{start} …` command in: {error}"
+    return match.group(1)
+
+
+def test_an_older_manifest_without_split_roles_says_which_splits_its_folds_divide(mhc_prepared, tmp_path):
+    """A manifest written before split roles were recorded: the error names what was searched and what is there,
+    and its advice (`data.train_splits=[all]`) makes the run work."""
+    _, directory = mhc_prepared
+    old = tmp_path / directory.name
+    shutil.copytree(directory, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["split_roles"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with serve(tmp_path) as (base, _):
+        url = f"{base}/{old.name}"
+        with pytest.raises(ValueError) as caught:
+            _shards_datamodule(url, *SHARDS_FOLD0)
+        error = str(caught.value)
+        for fact in ("num_folds=3", "seed=0", "inner validation share 0.15", "over split(s) ['train']", "num_folds=3, seed=0 over ['all']"):
+            assert fact in error, fact
+        advice = _command(error, "data.train_splits=")
+        assert advice == "data.train_splits=[all]"
+        dm = _shards_datamodule(url, *SHARDS_FOLD0, advice)
+        assert len(_loader_ids(dm.test_dataloader())) == manifest["folds"][0]["samples_per_fold"][0]
+
+
+def test_missing_folds_name_the_prepare_command_that_stores_them(tmp_path):
+    """Prepared without --folds (or with another seed / inner share): the error's prepare.py command, run on the
+    local copy, stores what the run needs, and the served folder then runs."""
+    raw, directory = _prepare_mhc(tmp_path)
+    overrides = (*SHARDS_FOLD0, "fold_seed=1", "inner_share=0.2")
+    with serve(directory.parent) as (base, _):
+        url = f"{base}/{directory.name}"
+        with pytest.raises(ValueError) as caught:
+            _shards_datamodule(url, *overrides)
+        error = str(caught.value)
+        for fact in ("num_folds=3", "seed=1", "inner validation share 0.2", "over split(s) ['all']", "has no fold assignments"):
+            assert fact in error, fact
+        command = shlex.split(_command(error, "python prepare.py "))
+        assert command[2:4] == ["mhc", "--raw-dir"] and "--folds" in command and "fold_seed=1" in command and "inner_share=0.2" in command
+        from prepare import main
+
+        assert main([*command[2:], "--out", str(directory.parent)]) == 0
+        dm = _shards_datamodule(url, *overrides)
+        assert dm.selection_rule == "inner" and _loader_ids(dm.test_dataloader())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SMALL_DATA
+from tests.conftest import ROOT, SMALL_DATA, scaled
 from training.slurm import AllocationMismatch, check_allocation
 
 pytestmark = pytest.mark.slurm
@@ -45,11 +45,11 @@ def slurm_cluster():
     if not shutil.which("slurmctld") and not shutil.which("apt-get"):
         pytest.skip("slurmctld is not installed and there is no apt-get to install it")
     was_running = subprocess.run([str(CLUSTER), "status"], capture_output=True).returncode == 0
-    start = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True, timeout=900)
+    start = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True, timeout=scaled(900))
     assert start.returncode == 0, f"local_cluster.sh start failed:\n{start.stdout}\n{start.stderr}"
     yield SLURM_CONF
     if not was_running:
-        stop = subprocess.run([str(CLUSTER), "stop"], capture_output=True, text=True, timeout=120)
+        stop = subprocess.run([str(CLUSTER), "stop"], capture_output=True, text=True, timeout=scaled(120))
         assert stop.returncode == 0, stop.stderr
         assert not STATE_DIR.exists()
 
@@ -90,6 +90,13 @@ class Slurm:
 
     def assert_completed(self, job: str, info: dict[str, str]) -> None:
         assert info.get("JobState") == "COMPLETED", f"job {job}: {info.get('JobState')}\n{self.output(job)[-6000:]}"
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen(data_dir: Path) -> str:
+    from training.resolvers import tiny_vlm
+
+    return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
 
 
 @pytest.fixture
@@ -156,7 +163,7 @@ def test_allocation_mismatch_fails_with_both_numbers(slurm: Slurm):
     job = slurm.submit(
         "train.sbatch", ["--nodes=2", "--ntasks-per-node=1", *CPU_JOB], [*CPU_TRAINER, "trainer.devices=2", "trainer.max_epochs=1"]
     )
-    info = slurm.wait(job, timeout=300)
+    info = slurm.wait(job, timeout=scaled(300))
     assert info.get("JobState") == "FAILED", info
     out = slurm.output(job)
     assert "trainer.num_nodes=2 x trainer.devices=2 = 4 processes, but SLURM started SLURM_NTASKS=2" in out, out[-4000:]
@@ -178,7 +185,7 @@ def test_preempted_job_resumes_and_matches_uninterrupted_run(slurm: Slurm):
         time.sleep(0.5)
     subprocess.run(["scancel", "--signal=USR1", job], env=_env(), check=True)
 
-    info = slurm.wait(job, timeout=600)
+    info = slurm.wait(job, timeout=scaled(600))
     slurm.assert_completed(job, info)
     assert info.get("Restarts") == "1", info
     out = slurm.output(job)
@@ -196,7 +203,7 @@ def test_preempted_job_resumes_and_matches_uninterrupted_run(slurm: Slurm):
     log = (run_dir / "train.log").read_text()
     assert f"Resuming the training stream at epoch {epoch}, batch {step - epoch * per_epoch}" in log, log[-3000:]
 
-    ref_info = slurm.wait(reference, timeout=600)
+    ref_info = slurm.wait(reference, timeout=scaled(600))
     slurm.assert_completed(reference, ref_info)
     resumed, uninterrupted = _metrics(run_dir), _metrics(slurm.run_dir(reference))
     assert resumed["global_step"] == uninterrupted["global_step"] == 3 * per_epoch
@@ -221,7 +228,7 @@ def test_cv_array_three_folds_and_report(slurm: Slurm):
         assert json.loads((cv_dir / f"slurm-{job}_{k}" / "fold_result.json").read_text())["fold"] == k
     report = subprocess.run(
         [sys.executable, "-m", "training.cv_report", str(cv_dir)],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=scaled(300),
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-4000:]
     summaries = list(cv_dir.rglob("cv_summary.json"))
@@ -238,7 +245,7 @@ def test_hydra_submitit_launcher_runs_each_fold_as_a_slurm_job(slurm: Slurm):
         f"paths.data_dir={slurm.data_dir}", f"paths.log_dir={slurm.log_dir}",
         "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=15",
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=scaled(900))
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-6000:])
     sweeps = slurm.log_dir / "synthetic_concat" / "multiruns"
     finished = sorted(sweeps.glob("*/*_fold*/metrics.json"))
@@ -250,3 +257,44 @@ def test_hydra_submitit_launcher_runs_each_fold_as_a_slurm_job(slurm: Slurm):
     jobs = sorted(p for p in sweeps.glob("*/.submitit/*") if p.is_dir() and re.fullmatch(r"\d+_\d+", p.name))
     assert [job.name.split("_")[1] for job in jobs] == ["0", "1"], jobs
     assert all(list(job.glob("*_result.pkl")) for job in jobs), jobs
+
+
+def test_zero3_job_on_two_nodes_resumes_exactly_after_preemption(slurm: Slurm, tiny_qwen: str):
+    """`sbatch … slurm/train.sbatch strategy=deepspeed_zero3`: a tiny Qwen2-VL LoRA run sharded over two nodes (CPU,
+    gloo), preempted mid-epoch, requeued and resumed from its sharded hpc checkpoint, ends where an uninterrupted
+    job of the same command ends."""
+    batch, samples = 4, 64
+    per_epoch = samples // (batch * 2)
+    overrides = [
+        *CPU_TRAINER, "strategy=deepspeed_zero3", "model=vlm", f"model.name_or_path={tiny_qwen}",
+        "model.preprocessor.image_size=56", f"data.batch_size={batch}", "data.num_workers=0",
+        f"+data.epoch_samples={samples}", "trainer.max_epochs=2", "seed=7",
+    ]  # fmt: skip
+    sbatch = ["--nodes=2", "--ntasks-per-node=1", *CPU_JOB]
+    reference = slurm.submit("train.sbatch", sbatch, overrides)
+    job = slurm.submit("train.sbatch", sbatch, overrides)
+    name = "synthetic_vlm"
+    run_dir = slurm.run_dir(job, name)
+    deadline = time.time() + scaled(600)
+    while not (run_dir / "checkpoints" / "last.ckpt").exists():  # epoch 0 saved: signal during epoch 1
+        assert time.time() < deadline, f"no checkpoint in time\n{slurm.output(job)[-4000:]}"
+        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING", "CONFIGURING"), slurm.output(job)[-4000:]
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR1", job], env=_env(), check=True)
+
+    info = slurm.wait(job, timeout=scaled(900))
+    slurm.assert_completed(job, info)
+    assert info.get("Restarts") == "1", info
+    hpc = run_dir / "hpc_ckpt_1.ckpt"
+    assert (hpc / "checkpoint").is_dir(), slurm.output(job)[-4000:]  # DeepSpeed's sharded layout
+    log = (run_dir / "train.log").read_text()
+    assert "training.strategies.DeepSpeedStrategy" in (run_dir / "config.yaml").read_text()  # the group, not DDP appended
+    resumed_at = re.search(r"Resuming the training stream at epoch (\d+), batch (\d+)", log)
+    assert resumed_at and int(resumed_at.group(2)) > 0, log[-3000:]  # mid-epoch
+
+    ref_info = slurm.wait(reference, timeout=scaled(900))
+    slurm.assert_completed(reference, ref_info)
+    resumed, uninterrupted = _metrics(run_dir), _metrics(slurm.run_dir(reference, name))
+    assert resumed["global_step"] == uninterrupted["global_step"] == 2 * per_epoch
+    for key in ("best", "final"):
+        assert _flat(resumed[key]) == pytest.approx(_flat(uninterrupted[key]), abs=1e-5)

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from cross_validate import zeroshot_command
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scaled
 
 
 def test_cv_zeroshot_launches_zeroshot_py_with_the_folds_memes_and_base_model(tmp_path: Path):
@@ -21,6 +21,6 @@ def test_cv_zeroshot_launches_zeroshot_py_with_the_folds_memes_and_base_model(tm
         f"hydra.run.dir={tmp_path / 'zeroshot_run'}",
     ]  # fmt: skip
     # the command composes as given (Hydra prints the job's config without running it)
-    composed = subprocess.run([*command, "--cfg", "job"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
+    composed = subprocess.run([*command, "--cfg", "job"], cwd=ROOT, capture_output=True, text=True, timeout=scaled(120), check=True).stdout
     assert "name: qwen_zeroshot" in composed and "raw_dir: /memes" in composed and "max_new_tokens: 4" in composed
     assert "    DE:\n" in composed and "    MX:\n" not in composed  # the same heads as the folds

@@ -6,7 +6,7 @@ import csv
 import json
 from collections import Counter
 
-from tests.conftest import SMALL_DATA
+from tests.conftest import SMALL_DATA, scaled
 
 
 def test_ddp_two_processes_score_every_eval_sample_exactly_once(train_run):
@@ -17,7 +17,7 @@ def test_ddp_two_processes_score_every_eval_sample_exactly_once(train_run):
         *SMALL_DATA,
         "data.samples_per_shard=23",
         "data.eval_batch_size=5",
-        timeout=600,
+        timeout=scaled(600),
     )
     (run_dir,) = train_run.run_dirs("synthetic_concat")
     manifest_counts = json.loads((run_dir / "manifest.json").read_text())["counts"]["split"]
@@ -36,7 +36,7 @@ def test_ddp_fold_run_scores_the_held_out_fold_once_and_selects_without_it(train
     """Two ranks, inner selection: the held-out fold is scored exactly once as test and never validated on."""
     train_run(
         "trainer=ddp_cpu", "data.num_workers=2", "trainer.max_epochs=1", "fold=1", "num_folds=3", "+data.val_splits=[]", *SMALL_DATA,
-        "data.samples_per_shard=23", timeout=600,
+        "data.samples_per_shard=23", timeout=scaled(600),
     )  # fmt: skip
     (run_dir,) = train_run.run_dirs("synthetic_concat")
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -17,14 +17,16 @@ from datamodules.memes import MemeDataModule
 from datamodules.shards import read_samples
 from datamodules.sources.mhc import MHCSource
 from evaluation.task_metrics import performance_score, subset_rule_accuracy, toxictags_stages
-from tests.conftest import ROOT, SMALL_DATA, TrainRun
+from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.datamodules.sources import layouts
 from tests.fixtures.small import small_synthetic
 from training.scored_splits import run_facts, scored_splits
 
 
 def _evaluate(*args: str) -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "evaluate.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600)
+    )
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -152,7 +154,7 @@ def _mhc_shards(tmp_path: Path) -> Path:
 def test_mhc_fold_run_gets_the_functional_report_on_its_held_out_fold(train_run, tmp_path):
     raw = layouts.mhc(tmp_path / "mhc")
     train_run("data=mhc", f"data.raw_dir={raw}", "model=text", "fold=0", "num_folds=2", "debug=limit", env={"CROSSMOD_RUN_ID": "mhc"})
-    run = train_run.log_dir / "synthetic_concat" / "runs" / "mhc"
+    run = train_run.log_dir / "mhc_text" / "runs" / "mhc"
     _evaluate(f"ckpt={run}", "data=mhc", f"data.raw_dir={raw}", f"paths.data_dir={train_run.data_dir}", f"out={tmp_path / 'r'}")
     entry = next(iter(json.loads((tmp_path / "r" / "report.json").read_text())["runs"].values()))
     assert entry["split"]["scored"] == "held-out fold 0 of 2"  # MHC has no test split: split=auto scores the held-out fold
@@ -192,7 +194,7 @@ def test_functional_tests_callback_logs_per_functionality_accuracy(train_run, tm
     # validation is an inner split of the training fold; this one holds cases of both languages
     overrides = ("fold=1", "num_folds=2", "cv.inner_share=0.4", "debug=limit")
     train_run("data=mhc", f"data.raw_dir={raw}", "model=text", *overrides, env={"CROSSMOD_RUN_ID": "fn"})
-    run = train_run.log_dir / "synthetic_concat" / "runs" / "fn"
+    run = train_run.log_dir / "mhc_text" / "runs" / "fn"
     rows = [r for r in csv.DictReader(open(run / "csv" / "metrics.csv")) if r.get("val/mean/auroc")]
     header = rows[0].keys()
     functionality = [k for k in header if k.startswith("val/mhc/acc/")]

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT, SMALL_DATA
+from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.datamodules.sources import layouts
-from training.artifacts import load_culture
+from training.artifacts import export_culture, load_culture, run_model
+from training.bases import BaseModelError
 from training.resolvers import tiny_vlm
 
 
 def _cli(script: str, *args: str) -> None:
-    result = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600))
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -51,7 +52,12 @@ def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_
     _cli("export.py", f"run={run}", "culture=DE", f"out={tmp_path / 'export'}", "merge=true")
     folder = tmp_path / "export" / "DE"
     card = json.loads((folder / "culture_card.json").read_text())
-    assert card["culture"] == "DE" and card["format"] == "peft-lora" and card["base_model"] == tiny
+    assert card["culture"] == "DE" and card["format"] == "peft-lora" and card["base_model"] == "./base/tiny-qwen2-vl-synthetic"
+    model_config = json.loads((folder / "model_config.json").read_text())
+    adapter_config = json.loads((folder / "adapter_config.json").read_text())
+    names = {model_config["name_or_path"], model_config["preprocessor"]["processor"], adapter_config["base_model_name_or_path"]}
+    assert names == {card["base_model"]} and tiny not in json.dumps([model_config, adapter_config])
+    assert (folder / "base" / "tiny-qwen2-vl-synthetic" / "config.json").is_file()
     assert (
         card["label_map"] == {"0": "non-hate", "1": "hate"} and card["metrics_per_fold"]["0"]["auroc"] == card["metrics"]["test"]["auroc"]
     )
@@ -74,6 +80,18 @@ def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_
     predicted = _scores(tmp_path / "de.csv", "DE", "DE_probability")
     tested = _scores(run / "predictions" / "test.csv", "DE")
     assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
+
+    # A base too large to ship is named only: loading asks for model.name_or_path, and takes it.
+    model, info = run_model(run)
+    named = export_culture(model, info, run, "DE", tmp_path / "named" / "DE", ship_base_mb=0)
+    assert json.loads((named / "model_config.json").read_text())["local_bases"] and not (named / "base").exists()
+    with pytest.raises(BaseModelError, match=r"name_or_path names 'tiny-qwen2-vl-synthetic'.* model.name_or_path=<local copy>"):
+        load_culture(named)
+    given, _ = load_culture(named, bases={"name_or_path": tiny})
+    shipped, _ = load_culture(folder)
+    assert given.hparams.name_or_path == given.hparams.fusion["name_or_path"] == tiny
+    for (key, value), (_, other) in zip(given.state_dict().items(), shipped.state_dict().items(), strict=True):
+        torch.testing.assert_close(value, other, msg=key)
 
 
 def test_classifier_family_export_predicts_the_runs_scores(train_run, tmp_path):

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from evaluation.memebridge import markdown, parse_emotions, parse_mcq, parse_sentiment
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scaled
 from training.memebridge import load_adapter, questions, score
 from training.memebridge_prompts import MemeBridgePrompts
 from training.resolvers import tiny_vlm
@@ -109,7 +109,7 @@ def runs(tmp_path_factory, data_dir, tiny_qwen, raw) -> dict[str, Path]:
         "memebridge.batch_size=3",
     ]
     env = {**os.environ, "HYDRA_FULL_ERROR": "1", "CROSSMOD_RUN_ID": "mb", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     found = {}
     for job in sorted((log_dir / "memebridge_prompting" / "multiruns" / "mb").glob("*_splits")):

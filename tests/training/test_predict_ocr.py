@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, SMALL_DATA
+from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.datamodules.test_ocr import CAPTIONS, meme
 
 pytestmark = pytest.mark.slow
 
 
 def _predict(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "predict.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, str(ROOT / "predict.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600))
 
 
 def test_images_alone_need_ocr_or_an_explicit_allowance(train_run, tmp_path):

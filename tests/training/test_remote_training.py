@@ -52,7 +52,7 @@ def test_two_ranks_score_every_meme_once_from_the_server(served, data_dir, tmp_p
     )
     console = result.stdout + result.stderr
     assert f"{val['name']}: " in console and "retrying from byte" in console  # the retry is reported, then the run goes on
-    run_dir = run.log_dir / "synthetic_concat" / "runs" / "ddp"
+    run_dir = run.log_dir / "shards_concat" / "runs" / "ddp"  # named after data=shards and the default model
     (folds,) = [entry for entry in served["manifest"]["folds"] if entry["num_folds"] == 3]
     heads = len(served["manifest"]["heads"])
     tested, validated = _ids(run_dir / "predictions" / "test.csv"), _ids(run_dir / "predictions" / "val.csv")
@@ -71,7 +71,7 @@ def test_resume_from_a_url_continues_the_uninterrupted_run(served, data_dir, tmp
     source = (*COMMON, f"data.shard_dir={served['url']}", "test=false", "model.scheduler=null")
     run(*source, "trainer.max_epochs=2", env={"CROSSMOD_RUN_ID": "whole"})
     run(*source, "trainer.max_epochs=1", env={"CROSSMOD_RUN_ID": "first"})
-    runs = run.log_dir / "synthetic_concat" / "runs"
+    runs = run.log_dir / "shards_concat" / "runs"
     run(*source, "trainer.max_epochs=2", f"ckpt_path={runs / 'first' / 'checkpoints' / 'last.ckpt'}", env={"CROSSMOD_RUN_ID": "resumed"})
     assert _val_history(runs / "resumed")[1] == pytest.approx(_val_history(runs / "whole")[1], abs=1e-6)
 
@@ -79,7 +79,7 @@ def test_resume_from_a_url_continues_the_uninterrupted_run(served, data_dir, tmp
 def test_predict_reads_the_url_and_gives_the_runs_scores(served, data_dir, tmp_path):
     run = TrainRun(data_dir, tmp_path / "runs")
     run(*COMMON, f"data.shard_dir={served['url']}", "trainer.max_epochs=1", env={"CROSSMOD_RUN_ID": "p"})
-    run_dir = run.log_dir / "synthetic_concat" / "runs" / "p"
+    run_dir = run.log_dir / "shards_concat" / "runs" / "p"
     _cli("export.py", f"run={run_dir}", "culture=MX", f"out={tmp_path / 'export'}")
     _cli("predict.py", f"adapters={tmp_path / 'export' / 'MX'}", f"inputs={served['url']}", f"out={tmp_path / 'mx.csv'}")
     predicted = _scores(tmp_path / "mx.csv", "MX", "MX_probability")
@@ -91,7 +91,26 @@ def test_predict_reads_the_url_and_gives_the_runs_scores(served, data_dir, tmp_p
 def test_a_fold_run_on_a_remote_dataset_without_folds_says_how_to_prepare(served, data_dir, tmp_path):
     result = TrainRun(data_dir, tmp_path / "runs")(*COMMON, f"data.shard_dir={served['bare']}", check=False)
     assert result.returncode != 0
-    assert "no fold assignment for num_folds=3" in result.stderr and "python prepare.py <dataset> … --folds 3" in result.stderr
+    assert (
+        "no fold assignment for num_folds=3, seed=0 over split(s) ['train']" in result.stderr
+        and "It has no fold assignments" in result.stderr
+    )
+    assert 'prepare(compose_data("synthetic", []), folds=3)' in result.stderr  # generated: prepare.py converts raw layouts only
+
+
+def test_a_fold_run_of_a_served_one_split_dataset_needs_no_split_keys(data_dir, tmp_path):
+    """`prepare.py mhc … --folds 3`, served over HTTP, then `train.py data=shards … fold=0 num_folds=3 model=text`: the
+    manifest says its folds divide split `all`, so the run tests fold 0 and selects on its stored inner split."""
+    from tests.datamodules.test_remote_shards import _prepare_mhc
+
+    _, directory = _prepare_mhc(tmp_path / "mhc", "--folds", "3")
+    run = TrainRun(data_dir, tmp_path / "runs")
+    with serve(directory.parent) as (base, _):
+        run(*COMMON, f"data.shard_dir={base}/{directory.name}", "model=text", "debug=limit", env={"CROSSMOD_RUN_ID": "mhc"})
+    run_dir = run.log_dir / "shards_text" / "runs" / "mhc"
+    (entry,) = json.loads((directory / "manifest.json").read_text())["folds"]
+    assert json.loads((run_dir / "metrics.json").read_text())["selection"]["rule"] == "inner"
+    assert len(set(_ids(run_dir / "predictions" / "test.csv"))) == entry["samples_per_fold"][0]
 
 
 def test_prepare_with_folds_stores_each_folds_inner_split_for_evaluation_only_data(tmp_path):

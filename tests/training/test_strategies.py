@@ -12,7 +12,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 import training.resolvers  # noqa: F401  (registers ${is_bf16:} …)
 from datamodules.even_batches import FILLER, EvenBatches
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scaled
 from training.strategies import DeepSpeedStrategy
 
 DEEPSPEED = ("deepspeed_zero2", "deepspeed_zero3", "deepspeed_zero3_offload")
@@ -88,7 +88,7 @@ def _run_ranks(streams: list[list[dict]]) -> list[list[dict]]:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=10)
+        thread.join(timeout=scaled(10))
     return results
 
 

@@ -13,14 +13,14 @@ import sys
 import pytest
 
 from evaluation.alignment import alignment_matrix, read_predictions
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scaled
 
 pytestmark = pytest.mark.slow
 
 
-def _run(train_run, *overrides: str) -> tuple[dict, object]:
+def _run(train_run, *overrides: str, name: str = "synthetic_concat") -> tuple[dict, object]:
     train_run(*overrides, "seed=1234")
-    (run_dir,) = train_run.run_dirs("synthetic_concat")
+    (run_dir,) = train_run.run_dirs(name)
     return train_run.metrics(run_dir), run_dir
 
 
@@ -40,7 +40,7 @@ def test_default_fusion_reaches_the_threshold_and_each_head_matches_its_own_cult
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     reported = json.loads((out / "report.json").read_text())["alignment"]["mean"]
@@ -58,5 +58,5 @@ def test_length_grouped_batches_reach_the_same_threshold(train_run):
 
 @pytest.mark.parametrize("model", ["text", "image"])
 def test_unimodal_models_stay_below_the_ceiling(train_run, model):
-    metrics, _ = _run(train_run, f"model={model}", "test=false")
+    metrics, _ = _run(train_run, f"model={model}", "test=false", name=f"synthetic_{model}")
     assert metrics["best"]["val"]["mean"]["auroc"] <= 0.75

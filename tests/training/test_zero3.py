@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from tests.conftest import ROOT, SMALL_DATA
+from tests.conftest import ROOT, SMALL_DATA, scaled
 from training.artifacts import load_culture, run_model
 from training.consolidate import consolidate
 from training.resolvers import tiny_vlm
@@ -62,7 +62,7 @@ def zero3_run(tmp_path_factory, data_dir, tiny_qwen) -> Path:
         "+callbacks.probe._target_=tests.training.zero3_probe.ShardingProbe",
         env={"CROSSMOD_RUN_ID": "full"},
     )
-    return train_run.log_dir / "synthetic_concat" / "runs" / "full"
+    return train_run.log_dir / "synthetic_vlm" / "runs" / "full"
 
 
 def test_the_model_is_built_sharded_with_transformers_told_and_lora_b_zero(zero3_run):
@@ -135,7 +135,7 @@ def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
     )
     assert result.returncode == 0, result.stderr[-4000:]
     culture, _ = load_culture(tmp_path / "export" / "DE")
@@ -160,9 +160,9 @@ def test_resume_from_a_sharded_checkpoint_is_exact(zero3_run, data_dir, tiny_qwe
     train_run = TrainRun(data_dir, tmp_path / "runs")
     common = (*ZERO3, f"model.name_or_path={tiny_qwen}", "test=false")
     train_run(*common, "trainer.max_epochs=1", env={"CROSSMOD_RUN_ID": "first"})
-    last = train_run.log_dir / "synthetic_concat" / "runs" / "first" / "checkpoints" / "last.ckpt"
+    last = train_run.log_dir / "synthetic_vlm" / "runs" / "first" / "checkpoints" / "last.ckpt"
     assert (last / "latest").is_file()
     train_run(*common, "trainer.max_epochs=2", f"ckpt_path={last}", env={"CROSSMOD_RUN_ID": "resumed"})
-    resumed = train_run.log_dir / "synthetic_concat" / "runs" / "resumed"
+    resumed = train_run.log_dir / "synthetic_vlm" / "runs" / "resumed"
     # the resumed epoch (optimizer, scheduler, data position restored) matches the uninterrupted run's
     assert _val_history(resumed)[1] == pytest.approx(_val_history(zero3_run)[1], abs=1e-6)

@@ -39,7 +39,7 @@ def zero3_family(request, tmp_path_factory, data_dir) -> tuple[Path, str]:
         "+callbacks.probe._target_=tests.training.zero3_probe.ShardingProbe",
         env={"CROSSMOD_RUN_ID": kind},
     )
-    return train_run.log_dir / "synthetic_concat" / "runs" / kind, folder
+    return train_run.log_dir / "synthetic_vlm" / "runs" / kind, folder
 
 
 def test_the_family_is_built_sharded_with_lora_b_zero(zero3_family):

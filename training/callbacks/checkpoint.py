@@ -7,6 +7,10 @@ everything scored afterwards is scored with it. Here a validation whose monitor 
 ranked: it is named in a warning and saves no top-k checkpoint, and when fit ends without a single
 ranked validation a last warning says so (the run then has no best checkpoint and scores its final
 weights; `last.ckpt` comes from its own callback).
+
+The best checkpoint is written without optimizer state (`save_weights_only`, configs/callbacks/default.yaml) when
+another checkpoint callback keeps a full `last.ckpt` to resume from; without one (e.g. `callbacks.last_checkpoint=null`)
+it stays full, since it is then the only checkpoint a run could resume from.
 """
 
 from __future__ import annotations
@@ -45,6 +49,19 @@ class NanSafeModelCheckpoint(ModelCheckpoint):
             return False
         return super().check_monitor_top_k(trainer, current)
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        # this callback's own `save_last` would be weights-only too: a resumable last.ckpt must come from elsewhere
+        resumable_elsewhere = not self.save_last and _full_last_elsewhere(self, trainer)
+        if stage == "fit" and self.save_weights_only and not resumable_elsewhere:
+            self.save_weights_only = False
+            if trainer.is_global_zero:
+                log.info(
+                    "no other checkpoint callback keeps a full last.ckpt to resume from: the best checkpoint (%s) keeps the "
+                    "optimizer state after all",
+                    self.monitor,
+                )
+
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.monitor and not self.best_model_path and self.unranked_epochs and trainer.is_global_zero:
             log.warning(
@@ -60,3 +77,11 @@ class NanSafeModelCheckpoint(ModelCheckpoint):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self.unranked_epochs = list(state_dict.get("unranked_epochs", []))
+
+
+def _full_last_elsewhere(this: ModelCheckpoint, trainer: L.Trainer) -> bool:
+    """Whether another checkpoint callback writes a full checkpoint every time it saves a last one (the resumable one)."""
+    return any(
+        other is not this and not other.save_weights_only and (other.save_last or (other.monitor is None and other.save_top_k != 0))
+        for other in trainer.checkpoint_callbacks
+    )

@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from datamodules.memes import MemeDataModule
 from datamodules.shards import read_manifest
 from prepare import compose_data, data_configs, main
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scaled
 from tests.datamodules.sources import layouts
 
 
@@ -58,7 +58,9 @@ def test_prepare_as_a_module_stops_on_bad_input_with_the_reason(tmp_path):
     path = raw / "hatecheck_cases_final_german.csv"
     path.write_text(path.read_text().replace(",non-hateful,", ",maybe,", 1))
     command = [sys.executable, str(ROOT / "prepare.py"), "mhc", "--raw-dir", str(raw), "--out", str(tmp_path / "shards")]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    result = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=scaled(300)
+    )
     assert result.returncode == 1
     assert f"{path}, line 4: label_gold 'maybe' is not one of" in result.stderr
     assert "on_error=skip" in result.stderr

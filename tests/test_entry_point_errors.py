@@ -1,0 +1,160 @@
+"""A mistake in how a job is started is one message naming the key and the fix, before anything is built.
+
+Every entry point is run as users run it, with its data and run folders in tmp_path: exit status 1, the
+message on stderr, no traceback, and no run directory (nor `.hydra/` folder) left behind. No job trains.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import ROOT, scaled
+from tests.datamodules.sources import layouts
+from training.user_errors import UserError, missing_keys, require
+
+
+def _run(
+    tmp_path: Path, program: str, *overrides: str, paths: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`python <program> <overrides>` (or `python -m <module>`) from tmp_path, its data and runs kept in tmp_path."""
+    command = [sys.executable, *(["-m", program] if not program.endswith(".py") else [str(ROOT / program)])]
+    where = [f"paths.log_dir={tmp_path / 'logs'}", f"paths.data_dir={tmp_path / 'data'}"] if paths else []
+    base_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    flags = [o for o in overrides if o in ("-m", "--multirun")]  # Hydra flags first, then the overrides
+    return subprocess.run(
+        [*command, *flags, *where, *(o for o in overrides if o not in flags)],
+        cwd=ROOT if not program.endswith(".py") else tmp_path,
+        env={**base_env, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=scaled(300),
+    )
+
+
+def _refused(result: subprocess.CompletedProcess, tmp_path: Path, *named: str) -> str:
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if "] error: " in line]
+    assert len(errors) == 1, result.stderr[-3000:]
+    for text in named:
+        assert text in errors[0], errors[0]
+    logs = tmp_path / "logs"
+    assert not logs.exists() or not any(logs.rglob("*")), sorted(map(str, logs.rglob("*")))
+    assert not list(tmp_path.rglob(".hydra")) and not list(tmp_path.rglob("multirun.yaml"))
+    return errors[0]
+
+
+def test_a_missing_shard_dir_is_named_with_its_fix(tmp_path):
+    _refused(_run(tmp_path, "train.py", "data=shards"), tmp_path, "data.shard_dir is not set", "pass data.shard_dir=")
+
+
+def test_a_shard_dir_without_shards_is_named(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = _run(tmp_path, "train.py", "data=shards", f"data.shard_dir={tmp_path / 'empty'}")
+    _refused(result, tmp_path, f"data.shard_dir={tmp_path / 'empty'} has no manifest.json", "python prepare.py")
+
+
+def test_a_missing_raw_dir_is_named_with_its_fix(tmp_path):
+    result = _run(tmp_path, "train.py", "data=multi3hate", f"data.raw_dir={tmp_path / 'nowhere'}", "fold=0", "num_folds=3")
+    _refused(result, tmp_path, f"data.raw_dir={tmp_path / 'nowhere'} is not a folder", "pass data.raw_dir=")
+
+
+def test_a_raw_dir_without_the_published_layout_is_named(tmp_path):
+    (tmp_path / "raw").mkdir()
+    result = _run(tmp_path, "train.py", "data=multi3hate", f"data.raw_dir={tmp_path / 'raw'}", "fold=0", "num_folds=3")
+    _refused(result, tmp_path, "final_annotations.csv does not exist", "pass data.raw_dir=")
+
+
+def test_a_dataset_without_a_validation_split_needs_a_fold_before_the_trainer_is_built(tmp_path):
+    raw = layouts.multi3hate(tmp_path / "m3h", memes=3, languages=("en",), raw=False)
+    result = _run(tmp_path, "train.py", "data=multi3hate", f"data.raw_dir={raw}")
+    _refused(result, tmp_path, "fold=null", "has no validation split", "fold=0 num_folds=3")
+    assert "Seed set" not in result.stdout + result.stderr and not (tmp_path / "data").exists()  # no trainer, nothing converted
+
+
+def test_an_out_of_range_fold_is_named(tmp_path):
+    _refused(_run(tmp_path, "train.py", "fold=7", "num_folds=3"), tmp_path, "fold=7 is outside 0..2", "fold=k")
+
+
+@pytest.mark.parametrize("program", ["train.py", "cross_validate.py"])
+def test_a_refused_recipe_names_its_program_and_leaves_no_run_directory(tmp_path, program):
+    result = _run(tmp_path, program, "experiment=toxictags_fewshot")
+    _refused(result, tmp_path, "experiment=toxictags_fewshot", "run it with `python -m training.fewshot experiment=toxictags_fewshot")
+
+
+def test_a_sweep_job_refused_after_hydra_made_its_folders_removes_them(tmp_path):
+    """In a `-m` sweep each job is checked when it starts, after Hydra created the sweep and job folders."""
+    _refused(_run(tmp_path, "train.py", "-m", "data=shards"), tmp_path, "data.shard_dir is not set")
+
+
+def test_hydra_full_error_shows_the_traceback_and_still_leaves_nothing(tmp_path):
+    result = _run(tmp_path, "train.py", "data=shards", env={"HYDRA_FULL_ERROR": "1"})
+    assert result.returncode == 1 and "Traceback" in result.stderr and "UserError: data.shard_dir is not set" in result.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize(("module", "other"), [("training.fewshot", "memebridge_prompting"), ("training.memebridge", "toxictags_fewshot")])
+def test_a_prompting_module_refuses_the_other_protocols_recipe(tmp_path, module, other):
+    result = _run(tmp_path, module, f"experiment={other}")
+    _refused(result, tmp_path, f"experiment={other} is not run by {module}", f"experiment={other} …`")
+
+
+def test_a_prompting_program_refuses_a_recipe_without_its_settings(tmp_path):
+    result = _run(tmp_path, "zeroshot.py", "experiment=synthetic_concat")
+    _refused(result, tmp_path, "experiment=synthetic_concat has no `zeroshot` settings", "experiment=qwen_zeroshot")
+
+
+def test_evaluate_without_or_with_a_missing_ckpt(tmp_path):
+    _refused(_run(tmp_path, "evaluate.py"), tmp_path, "ckpt is not set", "pass ckpt=<run dir")
+    result = _run(tmp_path, "evaluate.py", f"ckpt={tmp_path / 'no-run'}")
+    _refused(result, tmp_path, f"ckpt={tmp_path / 'no-run'} does not exist", "pass ckpt=")
+    assert [p.name for p in tmp_path.iterdir()] == []  # evaluate.py runs in the current folder: nothing written there either
+
+
+def test_predict_without_or_with_missing_adapters(tmp_path):
+    (tmp_path / "memes").mkdir()
+    _refused(
+        _run(tmp_path, "predict.py", paths=False), tmp_path, "adapters, inputs are not set", "pass adapters=<an exported culture folder"
+    )
+    result = _run(tmp_path, "predict.py", f"adapters={tmp_path / 'export' / 'DE'}", f"inputs={tmp_path / 'memes'}", paths=False)
+    _refused(result, tmp_path, f"adapters={tmp_path / 'export' / 'DE'} does not exist", "python export.py run=<run dir>")
+    result = _run(tmp_path, "predict.py", f"adapters={tmp_path / 'memes'}", f"inputs={tmp_path / 'memes'}", paths=False)
+    _refused(result, tmp_path, "is not an exported culture folder (no culture_card.json in it)")
+    assert [p.name for p in tmp_path.iterdir()] == ["memes"]
+
+
+def test_export_without_a_run(tmp_path):
+    _refused(_run(tmp_path, "export.py", paths=False), tmp_path, "run is not set", "pass run=<a run directory")
+    result = _run(tmp_path, "export.py", f"run={tmp_path}", paths=False)
+    _refused(result, tmp_path, "is not a run directory (no metrics.json in it)")
+
+
+def test_missing_keys_are_found_without_resolving_interpolations():
+    def boom(*_):
+        raise AssertionError("resolved")
+
+    if not OmegaConf.has_resolver("test_boom"):
+        OmegaConf.register_new_resolver("test_boom", boom)
+    cfg = OmegaConf.create(
+        {"data": {"shard_dir": "???", "heads": "${test_boom:${data.shard_dir}}", "splits": ["???", "${test_boom:}"]}, "hydra": {"x": "???"}}
+    )
+    assert missing_keys(cfg) == ["data.shard_dir", "data.splits[0]"]
+    assert missing_keys(cfg, ["hydra"]) == ["hydra.x"]
+    with pytest.raises(
+        UserError, match=r"data.shard_dir, data.splits\[0\] are not set .* Fix: pass data.shard_dir=<a folder of prepared shards"
+    ):
+        require(cfg)
+
+
+def test_prepare_names_a_missing_raw_dir(tmp_path):
+    result = _run(
+        tmp_path, "prepare.py", "multi3hate", "--raw-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "shards"), paths=False
+    )
+    _refused(result, tmp_path, f"--raw-dir {tmp_path / 'nowhere'} is not a folder", "docs/datasets.md")
+    assert [p.name for p in tmp_path.iterdir()] == []

@@ -1,0 +1,139 @@
+"""Exports load on another machine: bases named by hub id or shipped inside (relative), never by this machine's path.
+
+One tiny concat run trains on a text encoder in its own folder; it is exported twice (base shipped, and
+`ship_base_mb=0`: named only), then that folder is moved away and the exports are copied elsewhere, as
+a fresh machine would see them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
+from tests.training.test_export_predict import _scores, _shard_dir
+from training.artifacts import load_culture
+from training.bases import BaseModelError, absolute_paths
+from training.resolvers import tiny_text_encoder
+
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # nothing may come from the hub instead
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *args], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600)
+    )
+
+
+@pytest.fixture(scope="module")
+def moved(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The run (its base moved away after export) and its two exports, copied to a folder of their own."""
+    root = tmp_path_factory.mktemp("portable")
+    base = tiny_text_encoder(str(root / "machine" / "my-bert"))
+    runner = TrainRun(data_dir, root / "runs")
+    runner(*SMALL_DATA, "debug=limit", f"model.text.name_or_path={base}", env={"CROSSMOD_RUN_ID": "portable"})
+    run = runner.log_dir / "synthetic_concat" / "runs" / "portable"
+    for name, extra in (("shipped", []), ("named", ["ship_base_mb=0"])):
+        result = _run("export.py", f"run={run}", "culture=MX", f"out={root / name}", *extra)
+        assert result.returncode == 0, result.stderr[-4000:]
+    (root / "machine").rename(root / "moved")  # the training machine's base is gone from where it was
+    copies = {name: Path(shutil.copytree(root / name / "MX", root / "elsewhere" / name)) for name in ("shipped", "named")}
+    return {"run": run, "base": root / "moved" / "my-bert", **copies}
+
+
+def _string_values(node: object) -> list[str]:
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in _string_values(value)]
+    if isinstance(node, list):
+        return [s for value in node for s in _string_values(value)]
+    return [node] if isinstance(node, str) else []
+
+
+def test_model_config_names_no_absolute_path(moved):
+    for name in ("shipped", "named"):
+        config = json.loads((moved[name] / "model_config.json").read_text())
+        strings = _string_values(config)
+        leaks = [s for s in strings if os.path.isabs(s) or s.startswith("~") or str(moved["base"].parents[1]) in s]
+        assert len(strings) > 10 and not leaks, f"{name}: {leaks}"
+        assert absolute_paths(config) == []
+    shipped = json.loads((moved["shipped"] / "model_config.json").read_text())
+    assert shipped["text"]["name_or_path"] == shipped["preprocessor"]["tokenizer"] == "./base/my-bert"
+    assert (moved["shipped"] / "base" / "my-bert" / "config.json").is_file()
+    assert json.loads((moved["shipped"] / "culture_card.json").read_text())["base_model"] == "./base/my-bert"
+    named = json.loads((moved["named"] / "model_config.json").read_text())
+    assert named["text"]["name_or_path"] == "my-bert" and sorted(named["local_bases"]) == ["preprocessor.tokenizer", "text.name_or_path"]
+    assert not (moved["named"] / "base").exists()
+
+
+def test_shipped_base_predicts_the_runs_scores_from_a_copy(moved, tmp_path):
+    result = _run("predict.py", f"adapters={moved['shipped']}", f"inputs={_shard_dir(moved['run'])}", f"out={tmp_path / 'p.csv'}")
+    assert result.returncode == 0, result.stderr[-4000:]
+    tested = _scores(moved["run"] / "predictions" / "test.csv", "MX")
+    predicted = _scores(tmp_path / "p.csv", "MX", "MX_probability")
+    assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
+
+
+def test_unshipped_base_names_the_key_and_the_override_gives_it(moved, tmp_path):
+    args = [f"adapters={moved['named']}", f"inputs={_shard_dir(moved['run'])}", f"out={tmp_path / 'p.csv'}"]
+    failed = _run("predict.py", *args)
+    assert failed.returncode == 1 and not (tmp_path / "p.csv").exists()
+    assert "text.name_or_path names 'my-bert', a folder of the machine that trained this export" in failed.stderr
+    assert "model.text.name_or_path=<local copy>" in failed.stderr and "Traceback" not in failed.stderr
+
+    given = _run("predict.py", *args, f"model.text.name_or_path={moved['base']}")
+    assert given.returncode == 0, given.stderr[-4000:]
+    tested = _scores(moved["run"] / "predictions" / "test.csv", "MX")
+    predicted = _scores(tmp_path / "p.csv", "MX", "MX_probability")
+    assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
+    with pytest.raises(BaseModelError, match=r"model.name_or_path: .* names no base there \(its base keys: model.text.name_or_path\)"):
+        load_culture(moved["named"], bases={"name_or_path": str(moved["base"])})
+
+
+def _tamper(folder: Path, key: str, value: str) -> None:
+    config = json.loads((folder / "model_config.json").read_text())
+    config["text"][key] = config["preprocessor"]["tokenizer"] = value
+    (folder / "model_config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        ("./base/../../../moved/my-bert", "leads out of the exported folder"),
+        ("./base/link", "leads out of the exported folder"),  # a symlink to the base outside
+        ("/abs/my-bert", "is neither a hub id nor a path inside the exported folder"),
+        ("../moved/my-bert", "is neither a hub id nor a path inside the exported folder"),
+        ("./base/gone", "is not in the exported folder"),
+    ],
+)
+def test_paths_in_an_exported_folder_stay_inside_it(moved, tmp_path, value, refused):
+    folder = Path(shutil.copytree(moved["shipped"], tmp_path / "MX"))
+    (folder / "base" / "link").symlink_to(moved["base"], target_is_directory=True)
+    _tamper(folder, "name_or_path", value)
+    with pytest.raises(BaseModelError, match=refused):
+        load_culture(folder)
+    model, card = load_culture(folder, bases={"text.name_or_path": str(moved["base"])})  # the user's own path is followed
+    assert model.hparams.text["name_or_path"] == model.hparams.preprocessor["tokenizer"] == str(moved["base"])
+
+
+def test_a_shipped_base_whose_files_link_out_is_refused(moved, tmp_path):
+    folder = Path(shutil.copytree(moved["shipped"], tmp_path / "MX"))
+    (folder / "base" / "my-bert" / "config.json").unlink()
+    (folder / "base" / "my-bert" / "config.json").symlink_to(moved["base"] / "config.json")
+    with pytest.raises(BaseModelError, match=r"text.name_or_path='./base/my-bert' leads out of the exported folder"):
+        load_culture(folder)
+
+
+def test_a_hub_base_out_of_reach_names_the_override(moved, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # offline, and the id is in no cache
+    folder = Path(shutil.copytree(moved["shipped"], tmp_path / "MX"))
+    _tamper(folder, "name_or_path", "crossmod-tests/not-a-model")
+    with pytest.raises(BaseModelError, match=r"(?s)cannot load its base model .* model.text.name_or_path=<local copy>"):
+        load_culture(folder)

@@ -1,0 +1,75 @@
+"""A run is named after what it runs: an `experiment=` keeps its own name, `name=` wins over everything, and without
+either the name is `<data>_<model>` from Hydra's choices (the defaults: `synthetic_concat`), so its run directory,
+W&B group, fold results and report rows say which dataset and model they hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+import training.resolvers  # noqa: F401  (registers ${run_name:} …)
+from cross_validate import models
+from tests.conftest import ROOT, SMALL_DATA
+
+
+def composed(*overrides: str):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose("train", overrides=["paths.log_dir=/logs", *overrides], return_hydra_config=True)
+
+
+@pytest.mark.parametrize(
+    "overrides, name",
+    [
+        ((), "synthetic_concat"),  # the default groups: the default experiment's name
+        (("experiment=synthetic_concat",), "synthetic_concat"),
+        (("model=text",), "synthetic_text"),
+        (("data=multi3hate", "model=text"), "multi3hate_text"),
+        (("data=mhc",), "mhc_concat"),
+        (("experiment=synthetic_concat", "model=text"), "synthetic_concat"),  # a chosen experiment keeps its name
+        (("experiment=hm_text_bert", "model=image"), "hm_text_bert"),
+        (("data=multi3hate", "model=text", "name=mine"), "mine"),  # an explicit name always wins
+        (("experiment=hm_text_bert", "name=mine"), "mine"),
+    ],
+)
+def test_the_name_and_run_directory_follow_what_runs(overrides, name):
+    cfg = composed(*overrides)
+    assert cfg.name == name
+    assert cfg.hydra.run.dir.startswith(f"/logs/{name}/runs/")  # configs/hydra/default.yaml
+
+
+def test_per_culture_cross_validation_names_its_models_after_what_runs():
+    cfg = composed("model=text", "cv.per_culture=true")
+    names = [name for name, _, _ in models(cfg, Path("/cv"))]
+    assert names == [f"synthetic_text-FT-{c}" for c in ("US", "DE", "MX", "IN", "CN")]
+
+
+def test_a_config_composed_without_hydra_asks_for_a_name():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["model=text"])
+        named = compose("train", overrides=["model=text", "name=given"])
+    with pytest.raises(Exception, match="set name=<name>"):
+        _ = cfg.name
+    assert named.name == "given"
+
+
+def test_a_run_and_a_multirun_are_named_after_their_data_and_model(train_run):
+    train_run("model=text", *SMALL_DATA, "debug=limit", "trainer.max_epochs=1", "print_table=false", env={"CROSSMOD_RUN_ID": "one"})
+    run = train_run.log_dir / "synthetic_text" / "runs" / "one"
+    assert [p.name for p in train_run.log_dir.iterdir()] == ["synthetic_text"]
+    assert train_run.metrics(run)["experiment"] == "synthetic_text"
+
+    # A multirun over models: one sweep directory (the sweep's own name), each job named after its model.
+    train_run(
+        "-m", "model=text,image", *SMALL_DATA, "debug=limit", "trainer.max_epochs=1", "print_table=false", env={"CROSSMOD_RUN_ID": "m"}
+    )
+    sweep = train_run.log_dir / "synthetic_concat" / "multiruns" / "m"
+    assert (sweep / "multirun.yaml").is_file()
+    jobs = {json.loads(p.read_text())["experiment"] for p in sweep.glob("*/metrics.json")}
+    assert jobs == {"synthetic_text", "synthetic_image"}
+    assert not (train_run.log_dir / "synthetic_image").exists()

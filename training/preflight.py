@@ -1,0 +1,229 @@
+"""What each entry point checks before it builds anything (`training.user_errors.entry_point(check)`).
+
+Only what a user causes and can fix, from the config and the folders it names, cheaply: the recipe is one
+this program runs (`runs_with`), no value the job reads is left `???`, the raw and shard folders exist (and a
+raw folder has the layout its source reads), a fold run's fold is in range, and training without a fold uses
+a dataset that has a validation split. Each problem is a `UserError` naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from training.user_errors import UserError, require
+
+Check = Callable[[DictConfig], None]
+TRAIN = "python train.py"
+
+
+# ------------------------------------------------------------------------------------------ pieces
+def recipe(cfg: DictConfig, program: str, settings: str | None = None, example: str | None = None) -> None:
+    """The experiment is one `program` runs: a prompting protocol names its program in `runs_with`, and a
+    program reading a settings block (`fewshot`, `zeroshot` …) needs a recipe that has one."""
+    chosen = _experiment(cfg)
+    runs_with = cfg.get("runs_with")
+    short = program.removeprefix("python ").removeprefix("-m ")
+    if runs_with and runs_with != program:
+        raise UserError(
+            f"experiment={chosen} is not run by {short}: it is a recipe for `{runs_with}` (runs_with)",
+            f"run it with `{runs_with} experiment={chosen} …`",
+            "experiment",
+        )
+    if settings and settings not in cfg:
+        what = f"experiment={chosen}" if chosen else "the config without an experiment="
+        raise UserError(
+            f"{what} has no `{settings}` settings, which {short} reads",
+            f"pick one of its recipes, e.g. `{program} experiment={example} …`",
+            "experiment",
+        )
+
+
+def _experiment(cfg: DictConfig) -> str | None:
+    """The `experiment=` chosen (Hydra's record of the group choices), else the run's name when it is set."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra = cfg.get("hydra") if "hydra" in cfg else (HydraConfig.get() if HydraConfig.initialized() else None)
+    choices = OmegaConf.select(hydra, "runtime.choices", default=None) if hydra is not None else None
+    if choices is not None:
+        return choices.get("experiment")
+    return None if OmegaConf.is_missing(cfg, "name") else cfg.get("name")
+
+
+def data_folders(cfg: DictConfig, node: str) -> None:
+    """`<node>.raw_dir` is a folder with its source's layout; a local `<node>.shard_dir` holds prepared shards."""
+    data = cfg.get(node)
+    if not isinstance(data, DictConfig):
+        return
+    raw_dir = data.get("raw_dir")
+    if isinstance(raw_dir, str):
+        if not Path(raw_dir).expanduser().is_dir():
+            raise UserError(
+                f"{node}.raw_dir={raw_dir} is not a folder",
+                f"pass {node}.raw_dir=<the dataset's folder in its published layout> (docs/datasets.md)",
+                f"{node}.raw_dir",
+            )
+        _source_layout(data, node)
+    shard_dir = data.get("shard_dir")
+    if isinstance(shard_dir, str):
+        from datamodules.remote import is_remote
+        from datamodules.shards import MANIFEST
+
+        if not is_remote(shard_dir) and not (Path(shard_dir).expanduser() / MANIFEST).is_file():
+            what = "is not a folder" if not Path(shard_dir).expanduser().is_dir() else f"has no {MANIFEST}"
+            raise UserError(
+                f"{node}.shard_dir={shard_dir} {what}: it is not a folder of prepared shards",
+                f"pass {node}.shard_dir=<the folder `python prepare.py <dataset> --raw-dir … --out …` printed as `Shards:`>, "
+                "or train on the raw data with data=<dataset> data.raw_dir=…",
+                f"{node}.shard_dir",
+            )
+
+
+def _source_layout(data: DictConfig, node: str) -> None:
+    """A raw source checks its folder's layout when built (the files it reads are there, its options known):
+    built here, so a wrong folder is named before the run exists."""
+    source = data.get("source")
+    if not isinstance(source, DictConfig) or "_target_" not in source:
+        return
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        instantiate(source)
+    except InstantiationException as error:
+        cause = error.__cause__
+        if isinstance(cause, FileNotFoundError):  # the sources' own: a file of the published layout missing
+            raise UserError(
+                str(cause), f"pass {node}.raw_dir=<the dataset's folder in its published layout> (docs/datasets.md)", f"{node}.raw_dir"
+            ) from cause
+        if isinstance(cause, ValueError):  # the sources' option checks (languages, cultures, split scheme …)
+            raise UserError(str(cause), f"correct {node}.source (configs/data/)", f"{node}.source") from cause
+        raise
+
+
+def fold_for_training(cfg: DictConfig) -> None:
+    """A fold run's fold is one of num_folds; without a fold, the dataset's own splits must validate (as
+    MemeDataModule._check_splits requires after conversion, checked here from the config or the manifest)."""
+    data = cfg.data
+    fold, num_folds = data.get("fold"), data.get("num_folds")
+    if fold is not None:
+        if not (isinstance(fold, int) and isinstance(num_folds, int) and 0 <= fold < num_folds):
+            raise UserError(
+                f"fold={fold} is outside 0..{num_folds - 1} (num_folds={num_folds})" if isinstance(num_folds, int) else f"fold={fold}",
+                "pass fold=k with 0 ≤ k < num_folds",
+                "fold",
+            )
+        return
+    splits = _own_splits(data)
+    if splits is None:
+        return
+    train, val, present = splits
+    if not val or (present is not None and (present == {"all"} or not present & set(train))):
+        has = f"has splits {sorted(present)}" if present is not None else "has no validation split"
+        raise UserError(
+            f"fold=null trains on the dataset's own splits, but this dataset {has} (data.train_splits={train}, data.val_splits={val})",
+            "cross-validate: pass fold=k num_folds=n, e.g. fold=0 num_folds=3 (python cross_validate.py runs every fold), "
+            "or set data.train_splits / data.val_splits",
+            "fold",
+        )
+
+
+def _own_splits(data: DictConfig) -> tuple[list[str], list[str], set[str] | None] | None:
+    """(train splits, validation splits, splits present or None) as far as known before conversion."""
+    if "val_splits" not in data or "train_splits" not in data:
+        return None  # the datamodule's defaults: train / val
+    if not OmegaConf.is_interpolation(data, "val_splits"):
+        if OmegaConf.is_interpolation(data, "train_splits"):
+            return None
+        return list(data.train_splits), list(data.val_splits), None
+    shard_dir = data.get("shard_dir")  # data=shards: the manifest records the splits (checked above to exist)
+    if not isinstance(shard_dir, str):
+        return None
+    from datamodules.manifest_checks import ManifestError
+    from datamodules.remote import is_remote
+    from datamodules.shards import read_manifest, split_roles
+
+    if is_remote(shard_dir):
+        return None
+    try:
+        manifest = read_manifest(Path(shard_dir).expanduser())
+    except ManifestError as error:
+        raise UserError(
+            str(error), "point data.shard_dir at a folder python prepare.py wrote, or convert again", "data.shard_dir"
+        ) from error
+    roles = split_roles(manifest)
+    train = list(data.train_splits) if not OmegaConf.is_interpolation(data, "train_splits") else list(roles["train"])
+    return train, list(roles["val"]), set(manifest["counts"]["split"])
+
+
+def existing(cfg: DictConfig, key: str, what: str, marker: str | None = None) -> Path:
+    """The local path `cfg[key]` names exists (and holds `marker`, when given)."""
+    path = Path(str(cfg[key])).expanduser()
+    if not path.exists():
+        raise UserError(f"{key}={cfg[key]} does not exist", f"pass {key}=<{what}>", key)
+    if marker and not (path / marker).is_file():
+        raise UserError(f"{key}={cfg[key]} is not {what.split(':')[0]} (no {marker} in it)", f"pass {key}=<{what}>", key)
+    return path
+
+
+# ------------------------------------------------------------------------------------------ per entry point
+def train(cfg: DictConfig) -> None:
+    """train.py: a training recipe, every value set, its data there, a fold where the dataset needs one."""
+    recipe(cfg, TRAIN)
+    require(cfg)
+    data_folders(cfg, "data")
+    data_folders(cfg, "eval_data")
+    fold_for_training(cfg)
+
+
+def cross_validate(cfg: DictConfig) -> None:
+    """cross_validate.py: a training recipe (each fold is train.py), every value set, its data there."""
+    recipe(cfg, TRAIN)
+    require(cfg)
+    data_folders(cfg, "data")
+    data_folders(cfg, "eval_data")
+    if not (isinstance(cfg.num_folds, int) and cfg.num_folds >= 2):
+        raise UserError(f"num_folds={cfg.num_folds} leaves nothing to cross-validate", "pass num_folds=k with k ≥ 2", "num_folds")
+
+
+def prompting(program: str, settings: str, example: str) -> Check:
+    """zeroshot.py, python -m training.fewshot / training.memebridge: their recipe, every value set, the data there."""
+
+    def check(cfg: DictConfig) -> None:
+        recipe(cfg, program, settings, example)
+        require(cfg)
+        data_folders(cfg, "data")
+
+    return check
+
+
+def evaluate(cfg: DictConfig) -> None:
+    """evaluate.py: ckpt and data set; ckpt names something there; the dataset's folders there."""
+    require(cfg, ["ckpt", "data"])
+    what = "run dir | .ckpt file | exported culture folder | folder of runs"
+    ckpt = existing(cfg, "ckpt", what)
+    if ckpt.is_dir() and not (ckpt / "culture_card.json").is_file() and not any(ckpt.rglob("metrics.json")):
+        raise UserError(
+            f"ckpt={cfg.ckpt} holds no run (metrics.json), checkpoint or exported culture folder", f"pass ckpt=<{what}>", "ckpt"
+        )
+    data_folders(cfg, "data")
+
+
+def predict(cfg: DictConfig) -> None:
+    """predict.py: adapters and inputs set; adapters an exported culture folder; local inputs there."""
+    from datamodules.remote import is_remote
+
+    require(cfg, ["adapters", "inputs"])
+    existing(
+        cfg, "adapters", "an exported culture folder: python export.py run=<run dir> writes <run dir>/export/<culture>", "culture_card.json"
+    )
+    if not is_remote(str(cfg.inputs)):
+        existing(cfg, "inputs", "a folder of images | a memes .jsonl file | a shard folder")
+
+
+def export(cfg: DictConfig) -> None:
+    """export.py: run set, and a run directory (train.py writes metrics.json at its end)."""
+    require(cfg, ["run"])
+    existing(cfg, "run", "a run directory: <paths.log_dir>/<name>/runs/<id>", "metrics.json")
