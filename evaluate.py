@@ -19,20 +19,30 @@ def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
     from datamodules.shards import read_manifest
-    from training.evaluating import evaluate, load_models
+    from training.evaluating import Loaded, evaluate, model_loaders
     from training.scored_splits import run_facts, scored_splits
+    from training.scoring import score, scoring_trainer
 
     OmegaConf.resolve(cfg)
     ckpt = Path(cfg.ckpt)
     facts = run_facts(ckpt)
-    models = load_models(ckpt)  # weights are checked (and refused) before any data is prepared
+    models = model_loaders(ckpt)
+    first, load_first = models[0]
+    models[0] = (first, Loaded(load_first()))  # weights are checked (and refused) before any data is prepared
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.manifest = read_manifest(datamodule.dataset_dir)
     scored = scored_splits(facts, cfg.split, datamodule.dataset_dir, datamodule.test_splits)
     dataset = datamodule.manifest["dataset"]
     out = Path(cfg.out) if cfg.out else (ckpt.parent if ckpt.is_file() else ckpt) / f"report-{dataset}-{cfg.split}"
-    report = evaluate(models, scored, dict(datamodule.heads), out, cfg.batch_size, cfg.threshold, dataset)
+    trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
+
+    def scorer(model, records, batch_size, threshold):
+        return score(trainer, model, records, batch_size, threshold, cfg.num_workers)
+
+    report = evaluate(models, scored, dict(datamodule.heads), out, cfg.batch_size, cfg.threshold, dataset, scorer, trainer.is_global_zero)
+    if not trainer.is_global_zero:
+        return
     print((out / "summary.md").read_text())
     from evaluation.dataset_report import write_annotation_report
 

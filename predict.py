@@ -31,7 +31,8 @@ def main(cfg: DictConfig) -> None:
     from datamodules.predict_inputs import check_inputs
     from training.artifacts import load_culture
     from training.bases import BaseModelError, base_overrides
-    from training.predicting import predict, read_captions, read_inputs, write_predictions
+    from training.predicting import read_captions, read_inputs, write_predictions
+    from training.scoring import score, scoring_trainer
 
     try:
         inputs = read_inputs(str(cfg.inputs), cfg.splits, on_error=cfg.on_error, max_image_bytes=cfg.max_image_bytes)
@@ -59,7 +60,10 @@ def main(cfg: DictConfig) -> None:
         sys.exit(1)
     for name, ids in allowed.items():
         print(f"[predict] warning: {len(ids)} memes scored without {name} (allow_missing)")
-    rows = predict(model, inputs, cfg.batch_size, cfg.threshold)
+    trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
+    rows = score(trainer, model, inputs, cfg.batch_size, cfg.threshold, cfg.num_workers)
+    if not trainer.is_global_zero:
+        return
     path = write_predictions(rows, Path(cfg.out))
     print(f"[predict] {inputs.read} inputs read = {len(rows)} memes scored + {len(inputs.skipped)} skipped, for {card['culture']} → {path}")
     skipped = path.with_name(f"{path.name}.skipped.jsonl")

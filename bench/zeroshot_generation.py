@@ -54,6 +54,7 @@ def main() -> None:
 
     import torch
 
+    from training.scoring import single_device_trainer
     from training.zeroshot import answer_all
 
     torch.set_num_threads(args.threads)
@@ -64,7 +65,7 @@ def main() -> None:
     base.generation_config.min_new_tokens = new_tokens  # every meme generates exactly max_new_tokens tokens
     recorder = GenerateRecorder(base)
     records = [raw_dict(s) for s in synthetic_samples(memes, image_size=128)]
-    device = torch.device("cpu")
+    trainer = single_device_trainer("cpu")  # the loop zeroshot.py runs: Lightning's predict loop
 
     result = Result(
         NAME,
@@ -85,7 +86,7 @@ def main() -> None:
     def run(size: int) -> dict[str, float]:
         recorder.calls.clear()
         start = time.perf_counter()
-        rows = answer_all(model, records, 0, size, new_tokens, device)
+        rows = answer_all(trainer, model, records, 0, size, new_tokens)
         elapsed = time.perf_counter() - start
         assert len(rows) == memes
         lengths = {n for _, n in recorder.calls}

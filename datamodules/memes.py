@@ -80,6 +80,14 @@ class ShardsForConsumer:
                 yield item
 
 
+def cannot_train_on_own_splits(train_splits: list[str], val_splits: list[str], present: set[str] | None) -> bool:
+    """Whether fold=null cannot train on a dataset's own splits: no validation split named, none of the training
+    splits present, or an evaluation-only set (split `all`). `present`: the manifest's splits, None before conversion."""
+    if not val_splits:
+        return True
+    return present is not None and (present == {"all"} or not present & set(train_splits))
+
+
 class MemeDataModule(L.LightningDataModule):
     """Streams memes from WebDataset shards built (once, under a lock) from a source."""
 
@@ -336,7 +344,7 @@ class MemeDataModule(L.LightningDataModule):
         if self.fold is not None:
             return
         present = set(self.manifest["counts"]["split"])
-        if not present & set(self.train_splits) or not self.val_splits or present == {"all"}:
+        if cannot_train_on_own_splits(self.train_splits, self.val_splits, present):
             raise ValueError(
                 f"dataset {self.manifest['dataset']} has splits {sorted(present)}, but fold=null trains on "
                 f"{self.train_splits} and validates on {self.val_splits}: cross-validate instead with fold=k, "

@@ -115,6 +115,13 @@ class MemeClassifier(L.LightningModule):
         output = self.backbone(batch)
         return output if isinstance(output, dict) else self.head_layers(output)
 
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        """Each head's probabilities for the batch, with the memes' positions in the scored list (`index`), so
+        predictions made on several processes can be put back in order (training/scoring.py)."""
+        logits = self(batch)
+        probabilities = {name: head.probabilities(logits[name].float()) for name, head in self.heads.items()}
+        return {"index": batch["index"], "probabilities": probabilities}
+
     def _loss(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> torch.Tensor:
         losses = [masked_loss(logits[name], labels[name], head)[0] for name, head in self.heads.items()]
         return torch.stack(losses).mean()

@@ -3,8 +3,9 @@ models, predict, write predictions, figures, report.json and summary.md; the sco
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,46 +19,74 @@ from training.predicting import predict, write_predictions
 from training.scored_splits import ScoredSplit
 
 
-def load_models(ckpt: Path) -> list[tuple[str, Any]]:
-    """(name, model) for a run dir, a .ckpt, an exported culture folder, or every run under a folder."""
+def model_loaders(ckpt: Path) -> list[tuple[str, Callable[[], Any]]]:
+    """(name, loader) for a run dir, a .ckpt, an exported culture folder, or every run under a folder. Loaders build
+    one model each when called, so a folder of runs is scored one model at a time (peak memory: one model)."""
     from models.module import MemeClassifier
     from training.artifacts import load_culture, run_model
 
     if ckpt.is_file():
-        return [(ckpt.stem, MemeClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval())]
+        return [(ckpt.stem, lambda: MemeClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval())]
     if (ckpt / "culture_card.json").is_file():
-        return [(ckpt.name, load_culture(ckpt)[0])]
+        return [(ckpt.name, lambda: load_culture(ckpt)[0])]
     if (ckpt / "metrics.json").is_file():
-        return [(ckpt.name, run_model(ckpt)[0])]
+        return [(ckpt.name, lambda: run_model(ckpt)[0])]
     runs = sorted(p.parent for p in ckpt.rglob("metrics.json"))
     if not runs:
         raise FileNotFoundError(f"{ckpt}: no run (metrics.json), checkpoint or exported culture folder")
-    return [(str(run.relative_to(ckpt)), run_model(run)[0]) for run in runs]
+    return [(str(run.relative_to(ckpt)), functools.partial(lambda run: run_model(run)[0], run)) for run in runs]
+
+
+class Loaded:
+    """A model already built (e.g. to check its weights before any data is read), handed over once: the scoring
+    loop drops it after scoring, so it does not outlive its turn."""
+
+    def __init__(self, model: Any) -> None:
+        self.model: Any = model
+
+    def __call__(self) -> Any:
+        model, self.model = self.model, None
+        return model
+
+
+Scorer = Callable[[Any, list[dict[str, Any]], int, float], list[dict[str, Any]]]
 
 
 def evaluate(
-    models: list[tuple[str, Any]],
+    models: list[tuple[str, Callable[[], Any]]],
     scored: Mapping[str, ScoredSplit],
     data_heads: dict[str, Head],
     out: Path,
     batch_size: int,
     threshold: float,
     dataset: str,
+    scorer: Scorer = predict,
+    writer: bool = True,
 ) -> dict[str, Any]:
     """Score each run on its own memes (`scored[name]`: a fold run's held-out fold, or a split) and write
-    report.json, summary.md, per-run predictions and the figures into `out`."""
+    report.json, summary.md, per-run predictions and the figures into `out`.
+
+    `models`: (name, loader), each model built when its turn comes and dropped after it. `scorer`: rows of
+    (model, records, batch size, threshold), e.g. Lightning's predict loop (training/scoring.py), which every
+    process of a data-parallel job runs; only the `writer` (rank 0) writes files."""
     missing = [name for name, _ in models if name not in scored]
     if missing:
         raise KeyError(f"no memes to score for run(s) {missing} (given for {sorted(scored)})")
-    out.mkdir(parents=True, exist_ok=True)
+    if writer:
+        out.mkdir(parents=True, exist_ok=True)
     scored_ids = {r["id"] for name, _ in models for r in scored[name].records}
     report: dict[str, Any] = {"dataset": dataset, "items": len(scored_ids), "runs": {}}
     matrices = []
-    for name, model in models:
+    for name, load in models:
         records = scored[name].records
-        rows = predict(model, records, batch_size, threshold)
+        model = load()
+        rows = scorer(model, records, batch_size, threshold)
+        heads = model.heads
+        del model  # one model in memory at a time
+        if not writer:
+            continue
         write_predictions(rows, out / "predictions" / f"{name.replace('/', '_')}.csv")
-        scores = score_run(rows, records, model.heads, data_heads, threshold)
+        scores = score_run(rows, records, heads, data_heads, threshold)
         matrices.append(scores.alignment)
         report["runs"][name] = {
             "split": scored[name].describe(),
@@ -73,6 +102,8 @@ def evaluate(
             if roc:
                 roc_figure(roc, out / "roc.png", f"{dataset}: ROC per head")
             alignment_heatmap(scores.alignment, out / "alignment.png", f"{dataset}: culture alignment")
+    if not writer:
+        return report
     if any(matrices):
         report["alignment"] = {"mean": mean_alignment(matrices), "markers": markers(matrices), "runs": len(matrices)}
     (out / "report.json").write_text(json.dumps(report, indent=1, default=float))

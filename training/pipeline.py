@@ -24,7 +24,7 @@ from training.consolidate import restore_weights, zero_state_dict
 from training.report import print_table
 from training.runs import copy_manifest, nest, save_config, write_metrics
 from training.selection import NO_VALIDATION, without_selection
-from training.slurm import SlurmRequeue, check_allocation
+from training.slurm import SlurmRequeue, check_allocation, scoring_weights_in_memory
 from training.strategies import with_default_strategy
 
 
@@ -92,11 +92,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         restore_weights(model, zero_state_dict(ckpt_path))
         ckpt_path = None
     scores: dict[str, Any] = {}
-    if not no_validation:
-        scores.update(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
-    if cfg.get("test", True) and datamodule.has_test_stage:
-        scores.update(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
-    elif cfg.get("test", True):
+    with scoring_weights_in_memory(trainer):  # ckpt_path=None means these weights, also after a SLURM requeue
+        if not no_validation:
+            scores.update(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
+        if cfg.get("test", True) and datamodule.has_test_stage:
+            scores.update(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
+    if cfg.get("test", True) and not datamodule.has_test_stage:
         rank_zero_info(f"dataset {datamodule.manifest['dataset']} has no test split {datamodule.test_splits}: no test stage.")
     rule = datamodule.selection_rule
     description = RULES[rule]

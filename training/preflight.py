@@ -105,7 +105,7 @@ def _source_layout(data: DictConfig, node: str) -> None:
 
 def fold_for_training(cfg: DictConfig) -> None:
     """A fold run's fold is one of num_folds; without a fold, the dataset's own splits must validate (as
-    MemeDataModule._check_splits requires after conversion, checked here from the config or the manifest)."""
+    MemeDataModule requires after conversion: the same rule, checked here from the config or the manifest)."""
     data = cfg.data
     fold, num_folds = data.get("fold"), data.get("num_folds")
     if fold is not None:
@@ -119,8 +119,10 @@ def fold_for_training(cfg: DictConfig) -> None:
     splits = _own_splits(data)
     if splits is None:
         return
+    from datamodules.memes import cannot_train_on_own_splits
+
     train, val, present = splits
-    if not val or (present is not None and (present == {"all"} or not present & set(train))):
+    if cannot_train_on_own_splits(train, val, present):
         has = f"has splits {sorted(present)}" if present is not None else "has no validation split"
         raise UserError(
             f"fold=null trains on the dataset's own splits, but this dataset {has} (data.train_splits={train}, data.val_splits={val})",

@@ -69,7 +69,7 @@ def _data_setting(facts: RunFacts, name: str) -> Any:
 
 
 def run_facts(ckpt: Path) -> list[RunFacts]:
-    """Facts for every model `load_models(ckpt)` loads, under the same names."""
+    """Facts for every model `model_loaders(ckpt)` names, under the same names."""
     ckpt = Path(ckpt)
     if ckpt.is_file():
         run_dir = ckpt.parent.parent  # <run>/checkpoints/<name>.ckpt

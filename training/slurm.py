@@ -21,6 +21,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lightning as L
@@ -133,3 +135,24 @@ class SlurmRequeue(Callback):
         if requeued:
             while True:  # SLURM stops the job steps (SIGTERM, then SIGKILL after KillWait) and starts it again
                 time.sleep(1)
+
+
+@contextmanager
+def scoring_weights_in_memory(trainer: L.Trainer) -> Iterator[None]:
+    """validate/test with `ckpt_path=None` score the model as it is in memory. Under SLURM, Lightning instead loads
+    the newest `hpc_ckpt_<n>.ckpt` of the run directory whenever one exists: after a requeue, the weights of the
+    preemption point would be scored in place of the final (or restored best) weights, and under ZeRO-3 the load
+    fails outright (no optimizer to restore partitions into). Within this block that substitution is off."""
+    connector = trainer._checkpoint_connector
+    original = type(connector)
+
+    class InMemory(original):  # type: ignore[misc, valid-type]
+        @property
+        def _hpc_resume_path(self) -> None:
+            return None
+
+    connector.__class__ = InMemory
+    try:
+        yield
+    finally:
+        connector.__class__ = original

@@ -16,52 +16,71 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader
 
-from datamodules.batches import SamplesToBatch
 from datamodules.shards import read_samples
 from evaluation.zeroshot_stats import accuracy_table, auroc_table, markdown, summarise
 from models.vlm.families import model_type
 from training.console import configure_console
-from training.inference_device import inference_device
+from training.scoring import predict_in_order, scoring_trainer
+
+
+class GreedyAnswers(L.LightningModule):
+    """The VLM's greedy answer to its preprocessor's prompt, and P(hate) from the first generated step's logits of
+    the two option letters: what Lightning's predict loop runs for zero-shot answers."""
+
+    def __init__(self, model: Any, max_new_tokens: int) -> None:
+        super().__init__()
+        self.model, self.max_new_tokens = model, max_new_tokens
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        tokenizer = self.model.preprocessor.processor.tokenizer
+        inputs = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and k not in ("option_ids", "index")}
+        out = self.model.backbone._base().generate(
+            **inputs,
+            max_new_tokens=self.max_new_tokens,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        options = out.scores[0].float().log_softmax(-1).gather(1, batch["option_ids"])
+        texts = tokenizer.batch_decode(out.sequences[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        return {"index": batch["index"], "p_hate": torch.softmax(options, dim=1)[:, 0], "generation": texts}
 
 
 def answer_all(
-    model: Any, records: list[dict[str, Any]], prompt_index: int, batch_size: int, max_new_tokens: int, device: torch.device
+    trainer: L.Trainer,
+    model: Any,
+    records: list[dict[str, Any]],
+    prompt_index: int,
+    batch_size: int,
+    max_new_tokens: int,
+    num_workers: int = 0,
 ) -> list[dict[str, Any]]:
-    """Answers of one prompt for every meme: generation, parsed prediction, P(hate) from the first step."""
+    """Answers of one prompt for every meme (Lightning's predict loop on the trainer's devices, every meme once):
+    generation, parsed prediction, P(hate) from the first step."""
     preprocessor = model.preprocessor
     preprocessor.prompt = replace(preprocessor.prompt, index=prompt_index)
     preprocessor._option_ids.clear()
-    base = model.backbone._base()
-    tokenizer = preprocessor.processor.tokenizer
-    loader = DataLoader(records, batch_size=batch_size, collate_fn=SamplesToBatch(preprocessor))
+    answers = predict_in_order(trainer, GreedyAnswers(model, max_new_tokens), records, batch_size, preprocessor, num_workers)
     rows = []
-    for batch in loader:
-        inputs = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor) and k not in ("option_ids",)}
-        with torch.no_grad():
-            out = base.generate(
-                **inputs,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                output_scores=True,
-                return_dict_in_generate=True,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        first = out.scores[0].float().log_softmax(-1).cpu()
-        options = first.gather(1, batch["option_ids"])
-        p_hate = torch.softmax(options, dim=1)[:, 0]
-        texts = tokenizer.batch_decode(out.sequences[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-        for i, sample_id in enumerate(batch["ids"]):
-            rows.append({"id": sample_id, "prompt": prompt_index, "generation": texts[i], "p_hate": float(p_hate[i])})
-    by_id = {r["id"]: r for r in records}
-    for row in rows:
-        record = by_id[row["id"]]
+    for record, answer in zip(records, answers):
         options = preprocessor.prompt.options(record["lang"])  # letters, hate letter and label words of this prompt
-        row.update(lang=record["lang"], prediction=options.parse(row["generation"]), labels=record["labels"])
+        rows.append(
+            {
+                "id": record["id"],
+                "prompt": prompt_index,
+                "generation": answer["generation"],
+                "p_hate": answer["p_hate"][0],
+                "lang": record["lang"],
+                "prediction": options.parse(answer["generation"]),
+                "labels": record["labels"],
+            }
+        )
     return rows
 
 
@@ -77,16 +96,18 @@ def run(cfg: DictConfig) -> float:
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
     model.configure_model()
-    device = inference_device(cfg.trainer, "zeroshot.py")
-    model.to(device).eval()
+    trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (every meme once)
     datamodule.prepare_data()
     records = read_samples(datamodule.dataset_dir, list(settings.splits))
     if not records:
         raise ValueError(f"no memes in splits {list(settings.splits)} of {datamodule.dataset_dir}")
     rows = []
     for index in settings.prompts:
-        rows += answer_all(model, records, index, settings.batch_size, settings.max_new_tokens, device)
-        print(f"[zeroshot] prompt {index}: {len(records)} memes answered", flush=True)
+        rows += answer_all(trainer, model, records, index, settings.batch_size, settings.max_new_tokens, settings.get("num_workers", 0))
+        if trainer.is_global_zero:
+            print(f"[zeroshot] prompt {index}: {len(records)} memes answered", flush=True)
+    if not trainer.is_global_zero:
+        return float("nan")  # rank 0 writes the files and returns the invalid share
     with open(out / "answers.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(("id", "lang", "prompt", "prediction", "p_hate", "generation"))

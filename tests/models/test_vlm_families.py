@@ -17,6 +17,7 @@ from models.module import MemeClassifier
 from models.vlm.families import FAMILIES, family_for
 from tests.models.test_vlm import build as build_vlm
 from training.resolvers import tiny_vlm
+from training.scoring import single_device_trainer
 from training.zeroshot import answer_all
 
 KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "idefics3", "smolvlm", "gemma3")
@@ -134,9 +135,8 @@ def test_zero_shot_answers_the_six_prompts_in_batches(kind, folders, tmp_path):
     model = build(tmp_path, folders[kind], "model.fusion.mode=verbalizer", "model.fusion.lora=null")
     model.eval()
     records = samples(size=3)
-    rows = [
-        row for index in range(6) for row in answer_all(model, records, index, batch_size=3, max_new_tokens=3, device=torch.device("cpu"))
-    ]
+    trainer = single_device_trainer()
+    rows = [row for index in range(6) for row in answer_all(trainer, model, records, index, batch_size=3, max_new_tokens=3)]
     assert len(rows) == 18 and {r["prompt"] for r in rows} == set(range(6))
     assert all(0.0 <= r["p_hate"] <= 1.0 and isinstance(r["generation"], str) and r["prediction"] in (0, 1, None) for r in rows)
 

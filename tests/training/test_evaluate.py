@@ -23,11 +23,12 @@ from tests.fixtures.small import small_synthetic
 from training.scored_splits import run_facts, scored_splits
 
 
-def _evaluate(*args: str) -> None:
+def _evaluate(*args: str) -> subprocess.CompletedProcess:
     result = subprocess.run(
         [sys.executable, str(ROOT / "evaluate.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600)
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -202,3 +203,32 @@ def test_functional_tests_callback_logs_per_functionality_accuracy(train_run, tm
     assert functionality and len(languages) >= 2
     assert sum(1 for r in rows if r[functionality[0]] != "") == 2  # both validations of fit (not the final scoring)
     assert (run / "predictions" / "val.csv").is_file()  # the prediction files are unaffected
+
+
+def _predictions(report: Path) -> dict[str, list[dict[str, str]]]:
+    return {p.stem: list(csv.DictReader(open(p))) for p in sorted((report / "predictions").glob("*.csv"))}
+
+
+def test_two_processes_score_exactly_what_one_does(fold_sweep, data_dir, tmp_path):
+    """`trainer=ddp_cpu` (2 processes, gloo): Lightning's predict loop gives each meme to one rank; the gathered rows
+    are the single-process rows, in the same order, and the report the same report."""
+    common = (f"ckpt={fold_sweep}", f"paths.data_dir={data_dir}", *SMALL_DATA)
+    _evaluate(*common, f"out={tmp_path / 'one'}")
+    two_processes = _evaluate(*common, f"out={tmp_path / 'two'}", "trainer=ddp_cpu")
+    assert "MEMBER: 2/2" in two_processes.stdout + two_processes.stderr  # the second rank joined
+    one, two = _predictions(tmp_path / "one"), _predictions(tmp_path / "two")
+    assert one.keys() == two.keys() and len(one) == 3
+    for name in one:
+        assert [r["id"] for r in one[name]] == [r["id"] for r in two[name]]  # every meme once, order restored
+        for a, b in zip(one[name], two[name]):
+            for key in a:
+                if key.endswith("_probability"):
+                    assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-6), (name, a["id"], key)
+                else:
+                    assert a[key] == b[key], (name, a["id"], key)
+    report_one = json.loads((tmp_path / "one" / "report.json").read_text())
+    report_two = json.loads((tmp_path / "two" / "report.json").read_text())
+    for name, entry in report_one["runs"].items():
+        for head, scores in entry["metrics"].items():
+            assert scores == pytest.approx(report_two["runs"][name]["metrics"][head], abs=1e-6)
+    assert not list((tmp_path / "two").glob("**/*rank*"))  # one writer

@@ -107,6 +107,16 @@ def test_classifier_family_export_predicts_the_runs_scores(train_run, tmp_path):
     assert all(r["MX_decision"] == int(r["MX_probability"] >= 0.3) for r in rows)
     tested = _scores(run / "predictions" / "test.csv", "MX")
     assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
+    # two processes (trainer=ddp_cpu, gloo): every meme once, in the input order, the single-process scores
+    _cli(
+        "predict.py", f"adapters={folder}", f"inputs={_shard_dir(run)}", f"out={tmp_path / 'mx2.jsonl'}", "threshold=0.3", "trainer=ddp_cpu"
+    )
+    two = [json.loads(line) for line in open(tmp_path / "mx2.jsonl")]
+    assert [r["id"] for r in two] == [r["id"] for r in rows]
+    assert all(
+        a["MX_probability"] == pytest.approx(b["MX_probability"], abs=1e-6) and a["MX_decision"] == b["MX_decision"]
+        for a, b in zip(rows, two)
+    )
 
 
 def test_pickle_weights_are_refused(tmp_path):

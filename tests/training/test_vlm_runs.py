@@ -80,6 +80,7 @@ def test_answers_are_parsed_in_each_option_order(tmp_path, tiny_qwen, monkeypatc
 
     from datamodules.synthetic import SyntheticMemeSource
     from tests.conftest import ROOT
+    from training.scoring import single_device_trainer
     from training.zeroshot import answer_all
 
     GlobalHydra.instance().clear()
@@ -111,6 +112,6 @@ def test_answers_are_parsed_in_each_option_order(tmp_path, tiny_qwen, monkeypatc
         for s, _ in zip(SyntheticMemeSource(num_groups=2, image_size=64), range(4))
     ]
     for index, expected in ((0, 1), (1, 0), (4, 1), (5, 0)):
-        rows = answer_all(model, records, index, batch_size=3, max_new_tokens=2, device=torch.device("cpu"))
+        rows = answer_all(single_device_trainer(), model, records, index, batch_size=3, max_new_tokens=2)
         assert [r["prediction"] for r in rows] == [expected] * 4
         assert all((r["p_hate"] > 0.5) == bool(expected) for r in rows)

@@ -23,8 +23,12 @@ KINDS = ("qwen2_vl", "llava_onevision", "smolvlm")
 
 
 @pytest.fixture(scope="module")
-def zeroshot_runs(tmp_path_factory, data_dir) -> dict[str, Path]:
-    raw = layouts.multi3hate(tmp_path_factory.mktemp("m3h_families") / "data")
+def raw(tmp_path_factory) -> Path:
+    return layouts.multi3hate(tmp_path_factory.mktemp("m3h_families") / "data")
+
+
+@pytest.fixture(scope="module")
+def zeroshot_runs(tmp_path_factory, data_dir, raw) -> dict[str, Path]:
     train_run = TrainRun(data_dir, tmp_path_factory.mktemp("zeroshot_families") / "runs")
     runs = {}
     for kind in KINDS:
@@ -76,3 +80,31 @@ def test_the_report_puts_the_families_side_by_side_with_each_runs_statistics(zer
             lowest = min(("US", "DE", "MX", "IN", "CN"), key=lambda c: cells[c]["mean"])
             p = ranksums(best, np.array(cells[lowest]["per_prompt"]), alternative="greater").pvalue
             assert (cells["marker"] != "") == (math.isfinite(p) and p < 0.05)
+
+
+def test_two_processes_answer_exactly_what_one_does(zeroshot_runs, raw, data_dir, tmp_path):
+    """`trainer=ddp_cpu` (2 processes, gloo): every meme answered once per prompt, rows in the single-process order,
+    the same answers and P(hate)."""
+    import csv
+
+    one = zeroshot_runs["qwen2_vl"]
+    train_run = TrainRun(data_dir, tmp_path / "runs")
+    result = train_run(
+        "experiment=qwen_zeroshot",
+        f"data.raw_dir={raw}",
+        f"model.name_or_path={tiny_vlm(str(data_dir / 'assets' / 'tiny-qwen2_vl-synthetic'), 'qwen2_vl')}",
+        "model.preprocessor.image_size=56",
+        "zeroshot.max_new_tokens=3",
+        "trainer=ddp_cpu",
+        script="zeroshot.py",
+        env={"CROSSMOD_RUN_ID": "two"},
+    )
+    assert "MEMBER: 2/2" in result.stdout + result.stderr
+    rows = {
+        name: list(csv.DictReader(open(run / "zeroshot" / "answers.csv")))
+        for name, run in (("one", one), ("two", tmp_path / "runs" / "qwen_zeroshot" / "runs" / "two"))
+    }
+    assert [(r["id"], r["prompt"]) for r in rows["one"]] == [(r["id"], r["prompt"]) for r in rows["two"]]
+    for a, b in zip(rows["one"], rows["two"]):
+        assert (a["generation"], a["prediction"]) == (b["generation"], b["prediction"])
+        assert float(a["p_hate"]) == pytest.approx(float(b["p_hate"]), abs=1e-5)
