@@ -35,6 +35,7 @@ def main(cfg: DictConfig) -> None:
     scored = scored_splits(facts, cfg.split, datamodule.dataset_dir, datamodule.test_splits)
     dataset = datamodule.manifest["dataset"]
     out = Path(cfg.out) if cfg.out else (ckpt.parent if ckpt.is_file() else ckpt) / f"report-{dataset}-{cfg.split}"
+    models = [(name, mapped_to(dict(datamodule.heads), cfg.head, dataset, load)) for name, load in models]
     trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
 
     def scorer(model, records, batch_size, threshold):
@@ -51,6 +52,23 @@ def main(cfg: DictConfig) -> None:
     for name, entry in report["runs"].items():
         print(f"[evaluate] {name}: {entry['split']['scored']} ({entry['split']['items']} memes)")
     print(f"[evaluate] {len(report['runs'])} run(s), {report['items']} distinct items → {out}")
+
+
+def mapped_to(data_heads: dict, requested: str | None, dataset: str, load):
+    """A dataset with one hate head (MHC's `hateful`) is scored by the trained head `head=` names, else the model's head of
+    that name, else its only binary head (the rule transfer scoring follows); several candidates are refused by name."""
+    from training.eval_data import ScoredAs, trained_head
+
+    binary = [head for head in data_heads.values() if head.is_binary]
+
+    def build():
+        model = load()
+        if len(data_heads) != 1 or len(binary) != 1 or (requested is None and binary[0].name in model.heads):
+            return model
+        head, rule = trained_head(model.heads, binary[0], requested, dataset, key="head")
+        return ScoredAs(model, head, binary[0], rule)
+
+    return build
 
 
 if __name__ == "__main__":

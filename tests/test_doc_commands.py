@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 import training.resolvers  # noqa: F401  (the resolvers the entry points register)
 from tests.conftest import ROOT, scaled
 from tests.doc_commands import Command, documented_commands, hydra_overrides
-from tests.slurm.batch_scripts import run_batch_script, train_overrides
+from tests.slurm.batch_scripts import job_command, run_batch_script
 
 COMMANDS = documented_commands()
 HYDRA_PROGRAMS = {
@@ -141,7 +141,8 @@ def test_batch_command_starts_a_composable_job(command: Command, tmp_path):
     if script.endswith("sweep_agent.sbatch"):
         assert started["python"][:3] == ["-m", "wandb", "agent"] and started["python"][-1] == args[0], started
         return
-    check_composed(command, "train", train_overrides(started["srun"]))
+    program, overrides = job_command(started["srun"])
+    check_composed(command, HYDRA_PROGRAMS[program], overrides)
 
 
 @functools.cache

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 from hydra.utils import instantiate
 from rich.console import Console
@@ -27,7 +28,8 @@ from datamodules.heads import Head
 from datamodules.memes import MemeDataModule
 from datamodules.predict_inputs import check_inputs
 from evaluation.functional import functional_metrics
-from training.evaluating import evaluate
+from models.module import MemeClassifier
+from training.evaluating import Loaded, evaluate
 from training.scored_splits import RunFacts, ScoredSplit, run_facts, scored_splits
 from training.user_errors import UserError
 
@@ -82,26 +84,28 @@ def hate_head(heads: dict[str, Head], dataset: str) -> Head:
     return binary[0]
 
 
-def trained_head(model_heads: dict[str, Head], eval_head: Head, requested: str | None, dataset: str) -> tuple[str, str]:
-    """(trained head, how it was chosen): `transfer.head` when given, else the model's head of the evaluated head's
-    name, else the model's only binary head; anything else is an error naming the heads."""
+def trained_head(
+    model_heads: dict[str, Head], eval_head: Head, requested: str | None, dataset: str, key: str = "transfer.head"
+) -> tuple[str, str]:
+    """(trained head, how it was chosen): `transfer.head` (evaluate.py: `head`) when given, else the model's head of the
+    evaluated head's name, else the model's only binary head; anything else is an error naming the heads."""
     binary = [name for name, head in model_heads.items() if head.is_binary]
     if requested is not None:
         if requested not in model_heads:
-            raise EvalDataError(f"transfer.head={requested} is not a head of the model (heads: {list(model_heads)})")
+            raise EvalDataError(f"{key}={requested} is not a head of the model (heads: {list(model_heads)})")
         if requested not in binary:
             raise EvalDataError(
-                f"transfer.head={requested} is a {model_heads[requested].kind} head: {dataset}'s {eval_head.name} head "
+                f"{key}={requested} is a {model_heads[requested].kind} head: {dataset}'s {eval_head.name} head "
                 f"needs a binary one (binary heads: {binary})"
             )
-        return requested, f"transfer.head={requested}"
+        return requested, f"{key}={requested}"
     if eval_head.name in binary:
         return eval_head.name, f"same name as {dataset}'s head"
     if len(binary) == 1:
         return binary[0], "the model's only binary head"
     raise EvalDataError(
         f"eval_data {dataset} is scored on its {eval_head.name!r} head, and the model has binary heads {binary}: name the one "
-        f"that answers for it with transfer.head=<head> (e.g. transfer.head={binary[0] if binary else '…'})"
+        f"that answers for it with {key}=<head> (e.g. {key}={binary[0] if binary else '…'})"
     )
 
 
@@ -128,20 +132,22 @@ def plan_transfer(eval_data: Any, options: TransferOptions, model: Any) -> Trans
     return TransferPlan(datamodule, dataset, eval_head, head, rule, options)
 
 
-class ScoredAs(torch.nn.Module):
+class ScoredAs(L.LightningModule):
     """A trained classifier whose `trained` head answers as the evaluated data's head: the explicit head mapping."""
 
-    def __init__(self, model: Any, trained: str, eval_head: Head) -> None:
+    def __init__(self, model: Any, trained: str, eval_head: Head, rule: str | None = None) -> None:
         super().__init__()
         if not model.heads[trained].is_binary:
             raise EvalDataError(f"head {trained} is {model.heads[trained].kind}, not binary")
-        self.model, self.trained = model, trained
+        self.model, self.trained, self.head_rule = model, trained, rule
         self.preprocessor = model.preprocessor
         self.heads = {eval_head.name: eval_head}
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         (name,) = self.heads
         return {name: self.model(batch)[self.trained]}
+
+    predict_step = MemeClassifier.predict_step  # the same probabilities, of the mapped head (training/scoring.py)
 
 
 def selected_model(run_dir: Path, scored_weights: str | None, model: Any, sharded: bool) -> tuple[Any, str]:
@@ -198,7 +204,7 @@ def score_transfer(
     loaded = loaded.to(device) if device.type != "cpu" else loaded
     out = run_dir / "transfer" / plan.dataset
     report = evaluate(
-        [(facts.name, ScoredAs(loaded, plan.trained_head, plan.eval_head))],
+        [(facts.name, Loaded(ScoredAs(loaded, plan.trained_head, plan.eval_head, plan.head_rule)))],
         {facts.name: scored},
         {plan.eval_head.name: plan.eval_head},
         out,

@@ -81,7 +81,7 @@ def evaluate(
         records = scored[name].records
         model = load()
         rows = scorer(model, records, batch_size, threshold)
-        heads = model.heads
+        heads, head_rule = model.heads, getattr(model, "head_rule", None)
         del model  # one model in memory at a time
         if not writer:
             continue
@@ -95,6 +95,8 @@ def evaluate(
             "alignment": scores.alignment,
             **scores.sections,
         }
+        if head_rule:  # a mapped head (evaluate.py head=, transfer.head): which trained head answered, and why
+            report["runs"][name]["head"] = head_rule
         if "mhc" in scores.sections:
             functionality_bars(scores.sections["mhc"], out / functionality_figure(name))
         if scores.alignment and name == models[0][0]:

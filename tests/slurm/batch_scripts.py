@@ -56,11 +56,18 @@ def run_batch_script(
     return {path.name: path.read_text().splitlines() for path in record.iterdir()}
 
 
-def train_overrides(srun_argv: list[str]) -> list[str]:
-    """The Hydra overrides of the `srun … python train.py <overrides>` line a batch script ran."""
+def job_command(srun_argv: list[str]) -> tuple[str, list[str]]:
+    """(program, Hydra overrides) of the `srun … python <program> <overrides>` line a batch script ran."""
     program = list(srun_argv)
     options = []
     while program and program[0].startswith("--"):
         options.append(program.pop(0))
-    assert "--kill-on-bad-exit=1" in options and program[:2] == [sys.executable, "train.py"], srun_argv
-    return program[2:]
+    assert "--kill-on-bad-exit=1" in options and program[0] == sys.executable, srun_argv
+    return program[1], program[2:]
+
+
+def train_overrides(srun_argv: list[str]) -> list[str]:
+    """The Hydra overrides of a batch script's `srun … python train.py <overrides>` line."""
+    program, overrides = job_command(srun_argv)
+    assert program == "train.py", srun_argv
+    return overrides

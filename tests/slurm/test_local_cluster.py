@@ -298,3 +298,38 @@ def test_zero3_job_on_two_nodes_resumes_exactly_after_preemption(slurm: Slurm, t
     assert resumed["global_step"] == uninterrupted["global_step"] == 2 * per_epoch
     for key in ("best", "final"):
         assert _flat(resumed[key]) == pytest.approx(_flat(uninterrupted[key]), abs=1e-5)
+
+
+def test_evaluate_job_on_two_nodes_scores_what_one_process_does(slurm: Slurm, tmp_path: Path):
+    """`sbatch … slurm/train.sbatch evaluate.py ckpt=<run>`: scoring runs where training runs, one rank per node, each
+    meme on one rank; the report equals a single-process evaluate.py's."""
+    from tests.conftest import TrainRun
+
+    runs = TrainRun(slurm.data_dir, tmp_path / "trained")
+    runs(*SMALL_DATA, "debug=limit", "trainer.limit_test_batches=1.0", "print_table=false", env={"CROSSMOD_RUN_ID": "run"})
+    run = tmp_path / "trained" / "synthetic_concat" / "runs" / "run"
+    common = [f"ckpt={run}", f"paths.data_dir={slurm.data_dir}", *SMALL_DATA]
+    local = subprocess.run(
+        [sys.executable, "evaluate.py", *common, f"out={tmp_path / 'one'}"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=scaled(600),
+    )
+    assert local.returncode == 0, local.stderr[-3000:]
+    command = [
+        "sbatch", "--parsable", f"--output={slurm.out_dir}/%j.out", "--nodes=2", "--ntasks-per-node=1", *CPU_JOB,
+        "slurm/train.sbatch", "evaluate.py", *common, f"out={tmp_path / 'two'}",
+    ]  # fmt: skip
+    job = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, check=True).stdout.strip()
+    info = slurm.wait(job, timeout=scaled(600))
+    slurm.assert_completed(job, info)
+    out = slurm.output(job)
+    assert "evaluate.py on 2 node(s)" in out and "MEMBER: 2/2" in out, out[-3000:]
+    one = list(csv.DictReader(open(tmp_path / "one" / "predictions" / "run.csv")))
+    two = list(csv.DictReader(open(tmp_path / "two" / "predictions" / "run.csv")))
+    assert [r["id"] for r in one] == [r["id"] for r in two] and len(one) > 0
+    for a, b in zip(one, two):
+        for key in a:
+            assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-6) if key.endswith("_probability") else a[key] == b[key]

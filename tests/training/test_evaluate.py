@@ -232,3 +232,27 @@ def test_two_processes_score_exactly_what_one_does(fold_sweep, data_dir, tmp_pat
         for head, scores in entry["metrics"].items():
             assert scores == pytest.approx(report_two["runs"][name]["metrics"][head], abs=1e-6)
     assert not list((tmp_path / "two").glob("**/*rank*"))  # one writer
+
+
+def test_a_culture_model_on_mhc_is_scored_by_the_head_it_names(train_run, tmp_path):
+    """evaluate.py data=mhc on a five-culture text model: refused naming the heads until head= says which one answers
+    for MHC's `hateful`; then every case is scored by it (the report says so) and the functional report is filled."""
+    raw = layouts.mhc(tmp_path / "mhc")
+    train_run("model=text", *SMALL_DATA, "debug=limit", env={"CROSSMOD_RUN_ID": "cultures"})
+    run = train_run.log_dir / "synthetic_text" / "runs" / "cultures"
+    common = (f"ckpt={run}", "data=mhc", f"data.raw_dir={raw}", f"paths.data_dir={train_run.data_dir}", "split=all")
+    refused = subprocess.run(
+        [sys.executable, str(ROOT / "evaluate.py"), *common, f"out={tmp_path / 'refused'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=scaled(600),
+    )
+    assert refused.returncode != 0 and "binary heads ['US', 'DE', 'MX', 'IN', 'CN']" in refused.stderr and "head=<head>" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    _evaluate(*common, "head=DE", f"out={tmp_path / 'r'}")
+    entry = next(iter(json.loads((tmp_path / "r" / "report.json").read_text())["runs"].values()))
+    assert entry["head"] == "head=DE" and set(entry["metrics"]) == {"hateful"}
+    assert entry["mhc"]["cases"] == entry["split"]["items"] > 0
+    rows = list(csv.DictReader(open(next((tmp_path / "r" / "predictions").glob("*.csv")))))
+    assert rows and set(rows[0]) >= {"id", "hateful_probability", "hateful_decision"}
