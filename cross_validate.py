@@ -7,8 +7,9 @@ program for sweeps that score a trial by its cross-validation mean (Optuna: `-m 
 W&B: `configs/sweeps/*_cv.yaml`).
 
 `cv.per_culture=true` trains one model per binary head instead (`<name>-FT-<culture>`, every other head
-removed), and `cv.zeroshot=<experiment>` answers the same memes zero-shot first (same data and base
-model overrides); the report then holds the culture-transfer table (the Multi3Hate study's Table 11).
+removed; `cv.multi_head=true` also the model with every head, for the table's multi-head row), and
+`cv.zeroshot=<experiment>` answers the same memes zero-shot first (same data and base model overrides); the report
+then holds the culture-transfer table (the Multi3Hate study's Table 11).
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ from training.user_errors import entry_point
 
 ROOT = Path(__file__).resolve().parent
 # Overrides that belong to this launcher (or to Hydra's sweep), not to the fold runs.
-NOT_FOR_FOLDS = ("fold=", "num_folds=", "hparams_search=", "cv_metric=", "hydra.", "cv.per_culture=", "cv.zeroshot=", "zeroshot.")
+NOT_FOR_FOLDS = (
+    "fold=",
+    "num_folds=",
+    "hparams_search=",
+    "cv_metric=",
+    "hydra.",
+    "cv.per_culture=",
+    "cv.multi_head=",
+    "cv.zeroshot=",
+    "zeroshot.",
+)
 # Overrides a zero-shot run shares with the fold runs: the same memes, base model, prompt and places.
 FOR_ZEROSHOT = ("data.", "model.name_or_path=", "model.preprocessor.", "model.prompt.", "paths.", "seed=", "zeroshot.")
 # A trial's W&B run belongs to this process; each fold opens its own run in the trial's group.
@@ -55,10 +66,13 @@ def models(cfg: DictConfig, run_dir: Path) -> list[tuple[str, list[str], Path]]:
     binary = [h for h, spec in cfg.data.heads.items() if spec.kind == "binary"]
     if len(binary) < 2:
         raise ValueError(f"cv.per_culture=true needs several binary heads (cultures); data.heads has {binary}")
-    return [
+    planned = [
         (f"{cfg.name}-FT-{c}", [f"~data.heads.{o}" for o in cfg.data.heads if o != c] + [f"name={cfg.name}-FT-{c}"], run_dir / f"FT-{c}")
         for c in binary
     ]
+    if cfg.cv.get("multi_head"):  # the one model with every culture's head, on the same folds: Table 11's multi-head row
+        planned.append((cfg.name, [], run_dir / "multi-head"))
+    return planned
 
 
 def zeroshot_command(overrides: list[str], experiment: str, run_dir: Path) -> list[str]:
