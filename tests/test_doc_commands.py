@@ -25,6 +25,7 @@ import training.resolvers  # noqa: F401  (the resolvers the entry points registe
 from tests.conftest import ROOT, scaled
 from tests.doc_commands import Command, documented_commands, hydra_overrides
 from tests.slurm.batch_scripts import job_command, run_batch_script
+from training.user_errors import missing_keys
 
 COMMANDS = documented_commands()
 HYDRA_PROGRAMS = {
@@ -79,27 +80,12 @@ def compose_program(config_name: str, overrides: list[str]):
         return compose(config_name, overrides=overrides)
 
 
-def unset_keys(node, prefix: str = "") -> list[str]:
-    """Mandatory values (`???`) left unset, found without resolving interpolations (which read files at run time)."""
-    unset = []
-    keys = node.keys() if OmegaConf.is_dict(node) else range(len(node))
-    for key in keys:
-        path = f"{prefix}{key}" if OmegaConf.is_dict(node) else f"{prefix}[{key}]"
-        if OmegaConf.is_missing(node, key):
-            unset.append(path)
-        elif not OmegaConf.is_interpolation(node, key):
-            child = node._get_node(key)
-            if OmegaConf.is_config(child):
-                unset += unset_keys(child, path + ".")
-    return unset
-
-
 def check_composed(command: Command, config_name: str, overrides: list[str]) -> None:
     try:
         cfg = compose_program(config_name, overrides)
     except Exception as error:  # the message Hydra gives the user, with the command that caused it
         pytest.fail(f"{command}\n  does not compose: {type(error).__name__}: {error}")
-    missing = sorted(unset_keys(cfg))
+    missing = sorted(missing_keys(cfg))  # found without resolving (interpolations read files at run time)
     assert not missing, f"{command}\n  leaves mandatory values unset: {missing}"
     vlm_base = OmegaConf.select(cfg, "model.name_or_path")
     if command.program in RUNS_A_MODEL and isinstance(vlm_base, str) and "${" not in vlm_base and "/" in vlm_base:
