@@ -49,6 +49,36 @@ HARMLESS_WARNINGS = (
 )
 
 
+# (logger, message start, why it is harmless): records of libraries' own loggers, dropped where they are made
+HARMLESS_RECORDS = (
+    (
+        "DeepSpeed",
+        "Setting accelerator to CPU",
+        "DeepSpeed's accelerator detection, on a machine without CUDA, whenever anything imports deepspeed (Transformers "
+        "does while saving a model); crossmod's DeepSpeed strategy runs its CPU path there on purpose, and a GPU node "
+        "never prints it",
+    ),
+)
+
+
+class _DropHarmlessRecords(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
+
+def silence_harmless_records() -> None:
+    """Install the filters on the libraries' loggers (idempotent; before the library logs: at import of the entry
+    points' resolvers, since resolving a config may build a model that imports DeepSpeed)."""
+    for name in {logger for logger, _, _ in HARMLESS_RECORDS}:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropHarmlessRecords) for f in logger.filters):
+            logger.addFilter(_DropHarmlessRecords(tuple(m for n, m, _ in HARMLESS_RECORDS if n == name)))
+
+
 class _DropAdvertisements(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(ADVERTISEMENTS)
@@ -65,3 +95,4 @@ def configure_console() -> None:
         rank_zero.addFilter(_DropAdvertisements())
     for message, _why in HARMLESS_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
+    silence_harmless_records()

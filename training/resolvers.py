@@ -9,6 +9,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from training.console import silence_harmless_records
+
 
 def run_id() -> str:
     """Same on every rank of one job: the SLURM job (and array task) id, else a launch timestamp.
@@ -171,3 +173,4 @@ def register() -> None:
 
 
 register()
+silence_harmless_records()  # resolving a config may build a tiny model, whose save imports DeepSpeed

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    from transformers.utils import logging as transformers_logging
+
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers_logging.enable_progress_bar()
 
 
 def build_once(out_dir: str | Path, write: Callable[[Path], None]) -> Path:
@@ -20,6 +34,7 @@ def build_once(out_dir: str | Path, write: Callable[[Path], None]) -> Path:
         if (out_dir / "config.json").is_file():
             return out_dir
         staging = out_dir.with_name(out_dir.name + ".partial")
-        write(staging)
+        with _no_progress_bars():  # Transformers draws a "Writing model shards" bar for each tiny file it saves
+            write(staging)
         staging.rename(out_dir)
     return out_dir
