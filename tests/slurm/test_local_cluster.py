@@ -88,6 +88,15 @@ class Slurm:
     def run_dir(self, job: str, name: str = "synthetic_concat") -> Path:
         return self.log_dir / name / "runs" / f"slurm-{job}"
 
+    def preempt_after_first_epoch(self, job: str, run_dir: Path, timeout: float) -> None:
+        """SIGUSR1, as SLURM sends it before a time limit, once epoch 0 is saved: the job is preempted during epoch 1."""
+        deadline = time.time() + timeout
+        while not (run_dir / "checkpoints" / "last.ckpt").exists():
+            assert time.time() < deadline, f"no checkpoint after {timeout:.0f} s\n{self.output(job)[-4000:]}"
+            assert self.job(job).get("JobState") in ("PENDING", "RUNNING", "CONFIGURING"), self.output(job)[-4000:]
+            time.sleep(0.5)
+        subprocess.run(["scancel", "--signal=USR1", job], env=_env(), check=True)
+
     def assert_completed(self, job: str, info: dict[str, str]) -> None:
         assert info.get("JobState") == "COMPLETED", f"job {job}: {info.get('JobState')}\n{self.output(job)[-6000:]}"
 
@@ -178,12 +187,7 @@ def test_preempted_job_resumes_and_matches_uninterrupted_run(slurm: Slurm):
     reference = slurm.submit("train.sbatch", sbatch, PREEMPT)
     job = slurm.submit("train.sbatch", sbatch, PREEMPT)
     run_dir = slurm.run_dir(job)
-    deadline = time.time() + 300
-    while not (run_dir / "checkpoints" / "last.ckpt").exists():  # epoch 0 done: signal during epoch 1
-        assert time.time() < deadline, f"no checkpoint after 300s\n{slurm.output(job)[-4000:]}"
-        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING", "CONFIGURING"), slurm.output(job)[-4000:]
-        time.sleep(0.5)
-    subprocess.run(["scancel", "--signal=USR1", job], env=_env(), check=True)
+    slurm.preempt_after_first_epoch(job, run_dir, timeout=300)
 
     info = slurm.wait(job, timeout=scaled(600))
     slurm.assert_completed(job, info)
@@ -275,12 +279,7 @@ def test_zero3_job_on_two_nodes_resumes_exactly_after_preemption(slurm: Slurm, t
     job = slurm.submit("train.sbatch", sbatch, overrides)
     name = "synthetic_vlm"
     run_dir = slurm.run_dir(job, name)
-    deadline = time.time() + scaled(600)
-    while not (run_dir / "checkpoints" / "last.ckpt").exists():  # epoch 0 saved: signal during epoch 1
-        assert time.time() < deadline, f"no checkpoint in time\n{slurm.output(job)[-4000:]}"
-        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING", "CONFIGURING"), slurm.output(job)[-4000:]
-        time.sleep(0.5)
-    subprocess.run(["scancel", "--signal=USR1", job], env=_env(), check=True)
+    slurm.preempt_after_first_epoch(job, run_dir, timeout=scaled(600))
 
     info = slurm.wait(job, timeout=scaled(900))
     slurm.assert_completed(job, info)
