@@ -17,6 +17,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import get_method, instantiate
+from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -26,7 +27,7 @@ from datamodules.even_batches import FILLER
 from datamodules.heads import Head, parse_heads
 from evaluation.metrics import HeadMetrics
 from models.heads import HeadLayers, masked_loss
-from models.sharding import gathered, tell_transformers, zero3_config
+from models.sharding import gathered, partition_summary, tell_transformers, zero3_config
 from models.trusted_targets import check_checkpoint
 
 EVAL_STAGES = ("val", "test")
@@ -109,6 +110,8 @@ class MemeClassifier(L.LightningModule):
         self.backbone = instantiate(self.hparams.fusion, **encoders)
         if getattr(self.backbone, "output_dim", None):  # late fusion owns its per-modality head layers
             self.head_layers = HeadLayers(self.backbone.output_dim, self.heads, self.hparams.head_dropout)
+        if config is not None:
+            rank_zero_info(partition_summary(self.parameters(), self._trainer.global_rank, self._trainer.world_size))
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Logits per head: a fusion returns features for the shared head layers, or (late fusion) logits itself."""

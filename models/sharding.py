@@ -58,3 +58,15 @@ def gathered(params: Iterable[nn.Parameter], modifier_rank: int | None = None) -
 
     with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=modifier_rank):
         yield
+
+
+def partition_summary(params: Iterable[nn.Parameter], rank: int, world_size: int) -> str:
+    """One line saying the model was built partitioned, and how much of it this rank holds (what proves no rank
+    materialised the whole model)."""
+    held = total = 0
+    for param in params:
+        if is_partitioned(param):
+            held, total = held + param.ds_tensor.numel(), total + param.ds_numel
+        else:
+            held, total = held + param.numel(), total + param.numel()
+    return f"model built in ZeRO-3 partitions across {world_size} ranks: rank {rank} holds {held:,} of {total:,} parameters"

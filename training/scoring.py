@@ -4,6 +4,10 @@ The `trainer=` group decides where: device, precision, processes and nodes, as f
 processes Lightning's predict sampler gives each meme to exactly one rank (no padding duplicates); the
 rows are gathered on every rank and put back in input order, so N processes score exactly what one does.
 Preprocessing (decoding, resizing, tokenizing) runs in the loader's workers, not between forwards.
+
+Under DeepSpeed ZeRO-3 every forward is a collective (each layer's partitions are gathered from all ranks), so
+the ranks must run the same number of forwards: there every rank gets the same number of memes (`EqualShares`,
+padded with repeats of the first ones, as DistributedSampler pads) and the repeats are dropped when the rows are gathered.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import torch
 import torch.distributed as dist
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from datamodules.batches import SamplesToBatch
+from models.sharding import is_zero3
 from training.callbacks.progress import console_progress
 from training.console import configure_console
 from training.strategies import with_default_strategy
@@ -48,6 +53,29 @@ class _PositionedBatches:
         return batch
 
 
+class EqualShares(DistributedSampler):
+    """Every rank the same number of positions, in order, padded by repeating the first ones (DistributedSampler's
+    rule): what keeps ZeRO-3 ranks in lockstep. Ranks are read when iterated, after Lightning set up the processes."""
+
+    def __init__(self, dataset: Dataset) -> None:  # noqa: D107 (no process group yet: DistributedSampler's own init needs one)
+        self.dataset, self.epoch, self.seed, self.shuffle, self.drop_last = dataset, 0, 0, False, False
+        self._place()
+
+    def _place(self) -> None:
+        self.num_replicas = dist.get_world_size() if dist.is_initialized() else 1
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.num_samples = -(-len(self.dataset) // self.num_replicas)  # type: ignore[arg-type]
+        self.total_size = self.num_samples * self.num_replicas
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self._place()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._place()
+        return self.num_samples
+
+
 def single_device_trainer(accelerator: str = "cpu") -> L.Trainer:
     """One process on one device (tests, benchmarks, and jobs that score inside another run)."""
     return scoring_trainer(OmegaConf.create({"_target_": "lightning.pytorch.Trainer", "accelerator": accelerator, "devices": 1}))
@@ -67,8 +95,13 @@ def predict_in_order(
 ) -> list[dict[str, Any]]:
     """`module.predict_step`'s outputs split per record, in record order, on every rank. A step returns `index`
     (the batch's positions) and per-record fields: tensors with the batch first, or lists."""
+    positions = _Positions(records)
     loader = DataLoader(
-        _Positions(records), batch_size=batch_size, shuffle=False, num_workers=num_workers, collate_fn=_PositionedBatches(preprocessor)
+        positions,
+        batch_size=batch_size,
+        sampler=EqualShares(positions) if is_zero3(trainer.strategy) else None,  # else Lightning's: every meme once
+        num_workers=num_workers,
+        collate_fn=_PositionedBatches(preprocessor),
     )
     outputs = trainer.predict(module, dataloaders=loader, return_predictions=True) or []
     local: list[tuple[int, dict[str, Any]]] = []
@@ -80,7 +113,7 @@ def predict_in_order(
         gathered: list[Any] = [None] * trainer.world_size
         dist.all_gather_object(gathered, local)
         local = [entry for part in gathered for entry in part]
-    by_position = dict(local)
+    by_position = dict(local)  # a repeat (EqualShares' padding) lands on its position again
     if sorted(by_position) != list(range(len(records))):
         raise RuntimeError(f"prediction returned {len(by_position)} of {len(records)} memes: a rank's predictions are missing")
     return [by_position[position] for position in range(len(records))]

@@ -4,8 +4,11 @@ For every prompt (3 questions × 2 option orders by default) every meme is answe
 generation (max 40 new tokens); the answer is parsed (letters, the label words, native letters; anything
 else is invalid and counts as wrong) and the first generated step's logits of the two option letters give
 P(hate), so AUROC is defined too. Results land in `<run dir>/zeroshot/`: `answers.csv` (one row per meme
-and prompt), `summary.json` and `summary.md` (accuracy per meme language × culture, mean ± sample std over
-the prompts, Wilcoxon rank-sum markers, invalid counts; AUROC per prompt and culture).
+and prompt; `tokens` = max_new_tokens marks an answer that may have been cut off), `summary.json` and `summary.md`
+(accuracy per meme language × culture, mean ± sample std over the prompts, Wilcoxon rank-sum markers, invalid
+counts; AUROC per prompt and culture). Under DeepSpeed ZeRO-3 (`strategy=deepspeed_zero3`) the model is built
+straight into partitions across the ranks and the ranks generate in lockstep: a model larger than one device is a
+config, not a code change.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from omegaconf import DictConfig
 
 from datamodules.shards import read_samples
 from evaluation.zeroshot_stats import accuracy_table, auroc_table, markdown, summarise
+from models.sharding import is_zero3
 from models.vlm.families import model_type
 from training.console import configure_console
 from training.scoring import predict_in_order, scoring_trainer
@@ -36,6 +40,11 @@ class GreedyAnswers(L.LightningModule):
         super().__init__()
         self.model, self.max_new_tokens = model, max_new_tokens
 
+    def configure_model(self) -> None:
+        """The VLM is built here, inside the strategy's init context: under ZeRO-3 straight into partitions (a 72B
+        model never whole on one rank); a model built already stays as it is."""
+        self.model.configure_model()
+
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         tokenizer = self.model.preprocessor.processor.tokenizer
         inputs = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and k not in ("option_ids", "index")}
@@ -46,10 +55,25 @@ class GreedyAnswers(L.LightningModule):
             output_scores=True,
             return_dict_in_generate=True,
             pad_token_id=tokenizer.pad_token_id,
+            synced_gpus=is_zero3(self.trainer.strategy),  # sharded forwards are collectives: ranks step until all are done
         )
         options = out.scores[0].float().log_softmax(-1).gather(1, batch["option_ids"])
-        texts = tokenizer.batch_decode(out.sequences[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-        return {"index": batch["index"], "p_hate": torch.softmax(options, dim=1)[:, 0], "generation": texts}
+        generated = out.sequences[:, inputs["input_ids"].shape[1] :]
+        texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+        return {
+            "index": batch["index"],
+            "p_hate": torch.softmax(options, dim=1)[:, 0],
+            "generation": texts,
+            "tokens": self._lengths(generated),
+        }
+
+    def _lengths(self, generated: torch.Tensor) -> torch.Tensor:
+        """Tokens each answer took, its end token included (= max_new_tokens: the answer may have been cut off)."""
+        eos = self.model.backbone._base().generation_config.eos_token_id
+        ends = [] if eos is None else eos if isinstance(eos, list) else [eos]
+        ended = torch.isin(generated, torch.tensor(ends, dtype=generated.dtype, device=generated.device))
+        first_end = torch.where(ended.any(1), ended.int().argmax(1) + 1, generated.shape[1])
+        return first_end
 
 
 def answer_all(
@@ -76,6 +100,7 @@ def answer_all(
                 "prompt": prompt_index,
                 "generation": answer["generation"],
                 "p_hate": answer["p_hate"][0],
+                "tokens": answer["tokens"][0],
                 "lang": record["lang"],
                 "prediction": options.parse(answer["generation"]),
                 "labels": record["labels"],
@@ -94,8 +119,7 @@ def run(cfg: DictConfig) -> float:
     out.mkdir(parents=True, exist_ok=True)
     settings = cfg.zeroshot
     datamodule = instantiate(cfg.data)
-    model = instantiate(cfg.model, _recursive_=False)
-    model.configure_model()
+    model = instantiate(cfg.model, _recursive_=False)  # built by Lightning inside the strategy's init context (GreedyAnswers)
     trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (every meme once)
     datamodule.prepare_data()
     records = read_samples(datamodule.dataset_dir, list(settings.splits))
@@ -110,9 +134,17 @@ def run(cfg: DictConfig) -> float:
         return float("nan")  # rank 0 writes the files and returns the invalid share
     with open(out / "answers.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(("id", "lang", "prompt", "prediction", "p_hate", "generation"))
+        writer.writerow(("id", "lang", "prompt", "prediction", "p_hate", "tokens", "generation"))
         writer.writerows(
-            (r["id"], r["lang"], r["prompt"], "" if r["prediction"] is None else r["prediction"], f"{r['p_hate']:.6f}", r["generation"])
+            (
+                r["id"],
+                r["lang"],
+                r["prompt"],
+                "" if r["prediction"] is None else r["prediction"],
+                f"{r['p_hate']:.6f}",
+                r["tokens"],
+                r["generation"],
+            )
             for r in rows
         )
     summary = summarise(accuracy_table(rows))
