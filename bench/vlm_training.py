@@ -179,7 +179,7 @@ def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
     from models.vlm.prompts import PromptSpec
 
     torch.manual_seed(0)
-    processor = AutoProcessor.from_pretrained(folder)
+    processor = AutoProcessor.from_pretrained(folder, trust_remote_code=False)
     processor.image_processor.min_pixels = processor.image_processor.max_pixels = args.image_pixels
     processor.image_processor.size = {"shortest_edge": args.image_pixels, "longest_edge": args.image_pixels}
     processor.tokenizer.padding_side = "left"
@@ -215,7 +215,9 @@ def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
     class Classifier(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            base = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
+            base = AutoModelForImageTextToText.from_pretrained(
+                folder, dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=False
+            )
             base.requires_grad_(False)
             target = r"model\.language_model\..*\.(q_proj|v_proj)"
             self.model = get_peft_model(base, LoraConfig(target_modules=target, bias="none", **LORA))

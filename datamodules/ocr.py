@@ -20,8 +20,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
+import logging
 import shutil
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -29,6 +30,7 @@ from typing import Protocol
 import numpy as np
 from PIL import Image, ImageFilter
 
+from datamodules.cache_files import append_line, refuse_links
 from datamodules.sample import Sample
 
 ENGINES = ("rapidocr", "tesseract")
@@ -42,6 +44,10 @@ RAPIDOCR_SETTINGS: dict[str, float | bool] = {"det_unclip_ratio": 2.5, "use_cls"
 TESSERACT_MEME_TEXT_MASK = True  # read the outlined text as black print (TesseractOcr), chosen the same way
 WHEEL_DEFAULTS: dict[str, float | bool] = {"det_unclip_ratio": 1.6, "use_cls": True}  # rapidocr_onnxruntime/config.yaml's values
 TESSERACT_LANGS = {"en": "eng", "de": "deu", "es": "spa", "hi": "hin", "zh": "chi_sim"}
+# Images OCR decodes at most this many pixels (checked from the header, before decoding): 6000×6000, several
+# times any meme, while a hostile 1-bit PNG of a few kilobytes can declare billions.
+MAX_OCR_PIXELS = 36_000_000
+log = logging.getLogger(__name__)
 
 
 Box = tuple[float, float, float, str]  # top, bottom, left (pixels), recognised text
@@ -163,38 +169,91 @@ def caption(boxes: list[Box]) -> str:
 
 
 class CaptionReader:
-    """`read(image)` → caption, through a cache file shared by runs (one JSON line per image read)."""
+    """`read(image)` → caption, through a cache file shared by runs (one JSON line per image read).
+
+    The cache is data: a line that is not `{"key": str, "text": str}` in UTF-8 (a line cut by a crash, another
+    type, bytes that are not UTF-8, a lone surrogate) is skipped and counted (`skipped_lines`, with a warning
+    naming the file), never handed to the tokenizer. Images over `MAX_OCR_PIXELS` are refused before the
+    engine decodes them."""
 
     def __init__(self, engine: OcrEngine, cache_file: Path | None) -> None:
         self.engine, self.cache_file = engine, cache_file
         self.cache: dict[str, str] = {}
         self.hits = self.reads = 0
+        self.skipped_lines: list[int] = []
+        self._newline_first = False  # the file's last line was cut: the next entry starts on a line of its own
+        if cache_file is not None:
+            refuse_links(cache_file, "OCR cache")
         if cache_file is not None and cache_file.is_file():
-            for number, line in enumerate(cache_file.read_text(encoding="utf-8").splitlines(), 1):
-                try:
-                    entry = json.loads(line)
-                    self.cache[str(entry["key"])] = str(entry["text"])
-                except (ValueError, KeyError, TypeError):
-                    raise ValueError(f"{cache_file}:{number}: not an OCR cache line; delete the file to start a new cache") from None
+            data = cache_file.read_bytes()
+            self._newline_first = bool(data) and not data.endswith(b"\n")
+            for number, line in enumerate(data.splitlines(), 1):
+                entry = _cache_entry(line)
+                if entry is None:
+                    self.skipped_lines.append(number)
+                else:
+                    self.cache[entry[0]] = entry[1]
+            if self.skipped_lines:
+                log.warning(
+                    "%s: %d lines are not OCR cache entries and were skipped (lines %s); they are read again when met. "
+                    "Delete the file to start a new cache",
+                    cache_file,
+                    len(self.skipped_lines),
+                    ", ".join(map(str, self.skipped_lines[:10])),
+                )
 
     def key(self, image: bytes) -> str:
         return f"{self.engine.identity}:{'+'.join(self.engine.langs)}:{hashlib.sha256(image).hexdigest()}"
 
-    def read(self, image: bytes) -> str:
+    def read(self, image: bytes, name: str = "an image") -> str:
+        """The caption of `image` (`name` says which meme, in errors)."""
         key = self.key(image)
         if key in self.cache:
             self.hits += 1
             return self.cache[key]
+        check_pixels(image, name)
         text = caption(self.engine.lines(image))
         self.reads += 1
         self.cache[key] = text
         if self.cache_file is not None:
-            self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.cache_file, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"key": key, "text": text}, ensure_ascii=False) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
+            line = json.dumps({"key": key, "text": text}, ensure_ascii=False)
+            append_line(self.cache_file, "\n" + line if self._newline_first else line, "OCR cache")
+            self._newline_first = False
         return text
+
+
+def _cache_entry(line: bytes) -> tuple[str, str] | None:
+    """(key, text) of one cache line, or None when it is not a UTF-8 JSON object of two strings."""
+    try:
+        entry = json.loads(line.decode("utf-8"))
+        key, text = entry["key"], entry["text"]
+        if not isinstance(key, str) or not isinstance(text, str):
+            return None
+        (key + text).encode("utf-8")  # a lone surrogate (`"\\ud800"` in the JSON) does not encode
+    except (ValueError, KeyError, TypeError):  # UnicodeError is a ValueError
+        return None
+    return key, text
+
+
+def check_pixels(image: bytes, name: str) -> None:
+    """Refuse an image over `MAX_OCR_PIXELS` from its header alone: a small file can declare a picture whose decoding
+    takes gigabytes and minutes. An image PIL cannot read is left to the engine (which reports it)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(image)) as picture:
+                width, height = picture.size
+        size = f"{width}×{height} pixels"
+    except Image.DecompressionBombError as error:  # over twice PIL's own bound: PIL says the size
+        width = height = MAX_OCR_PIXELS
+        size = f"larger than PIL decodes ({str(error).rstrip('.')})"
+    except Exception:  # noqa: BLE001 - not PIL's to judge
+        return
+    if width * height > MAX_OCR_PIXELS:
+        raise ValueError(
+            f"{name}: the image is {size}, over OCR's bound of {MAX_OCR_PIXELS:,} pixels (datamodules/ocr.py MAX_OCR_PIXELS); "
+            "a meme is far smaller: resize the image, or give its caption as 'text'"
+        )
 
 
 class CaptionsFromImages:
@@ -221,7 +280,7 @@ class CaptionsFromImages:
         self.filled = self.empty = 0
         for sample in self.source:  # Samples, and the `Skipped` records of bad inputs the user allowed
             if isinstance(sample, Sample) and not sample.text.strip() and sample.image is not None:
-                sample.text = self.reader.read(sample.image)
+                sample.text = self.reader.read(sample.image, sample.id)
                 sample.meta = {**sample.meta, "text_source": self.reader.engine.identity}
                 self.filled += 1
                 self.empty += not sample.text

@@ -13,6 +13,12 @@ manifest records is retried: the file is opened again after a backoff (1, 2, 4 â
 bytes already delivered are skipped, so the reader above sees one uninterrupted stream, no sample
 twice and none lost; after the last attempt the error names the URL, the byte and the cause.
 `download` writes a verified copy for `data.cache_dir`.
+
+HTTP(S) is read with the standard library, under two rules a shared URL cannot bend: a redirect is
+followed only within the host (and port) of the URL given, never to another host (an internal address,
+a metadata service): such a redirect is refused naming both URLs, and the fix is to give the final URL;
+and a client error (404, 403 â€¦) is reported at once with its status, never retried. A manifest is read
+whole only up to `MAX_MANIFEST_BYTES`; a dropped connection is retried like a shard's.
 """
 
 from __future__ import annotations
@@ -23,10 +29,14 @@ import os
 import re
 import shlex
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import urlparse
+from urllib.parse import urljoin, urlparse
+
+from datamodules.cache_files import atomic_file, refuse_links
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +46,61 @@ BACKOFF_S = 1.0  # first wait; doubles each attempt
 CHUNK = 1 << 20
 PROGRESS_EVERY = 20
 PROGRESS = {"files": 0, "bytes": 0, "seconds": 0.0}  # this process's remote reading so far
+MAX_MANIFEST_BYTES = 128 << 20  # far above any real manifest (a million groups' folds is tens of MB)
+HTTP_TIMEOUT_S = 60.0
 
 
 class RemoteReadError(OSError):
     """A remote file that could not be read whole; the message names the URL, the byte and the cause."""
+
+
+class PermanentRemoteError(RemoteReadError):
+    """A failure that reading again cannot mend (a 404, a redirect to another host): reported at once."""
+
+
+class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect only to the same host and port (http may become https, never the reverse)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        old, new = urlparse(req.full_url), urlparse(urljoin(req.full_url, newurl))
+        ports = {"http": 80, "https": 443}
+        same = old.hostname == new.hostname and (old.port or ports.get(old.scheme)) == (new.port or ports.get(new.scheme))
+        if not same or (old.scheme, new.scheme) == ("https", "http"):
+            raise PermanentRemoteError(
+                f"{req.full_url}: redirected to another host ({new.geturl()}); crossmod follows redirects only within the "
+                "host it was given: use the final URL as the location if you trust it"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_HTTP = urllib.request.build_opener(_SameHostRedirects)
+
+
+class _HttpBody:
+    """An HTTP response read up to its Content-Length: a connection closed early raises (and is retried) instead of
+    looking like the end of the file (http.client's `read(n)` returns b"" then)."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self.response.read(None if n < 0 else n)
+        if not chunk and n != 0 and self.response.length:
+            raise ConnectionError(f"the connection closed with {self.response.length} bytes of the response outstanding")
+        return chunk
+
+    def close(self) -> None:
+        self.response.close()
+
+
+def open_http(url: str) -> BinaryIO:
+    """A binary stream of an http(s) URL; a client error (4xx but 408/429) is permanent, named with its status."""
+    try:
+        return _HttpBody(_HTTP.open(url, timeout=HTTP_TIMEOUT_S))  # type: ignore[return-value]
+    except urllib.error.HTTPError as error:
+        if 400 <= error.code < 500 and error.code not in (408, 429):
+            raise PermanentRemoteError(f"{url}: HTTP {error.code} {error.reason}: check the dataset location") from None
+        raise
 
 
 def is_remote(location: str | os.PathLike[str]) -> bool:
@@ -68,6 +129,8 @@ def open_remote(url: str) -> BinaryIO:
     from webdataset.gopen import gopen, gopen_schemes
 
     scheme = "pipe" if url.startswith("pipe:") else urlparse(url).scheme
+    if scheme in ("http", "https"):
+        return open_http(url)
     if scheme in gopen_schemes:
         return gopen(url, "rb")
     import fsspec
@@ -117,6 +180,9 @@ class RemoteStream:
                 if chunk or self.size is None or self.position >= self.size:
                     return chunk
                 cause = f"the connection ended at byte {self.position} of {self.size}"
+            except PermanentRemoteError:
+                self.close()
+                raise
             except Exception as error:  # noqa: BLE001 - every transport error is retried, then reported with its cause
                 cause = f"{type(error).__name__}: {error}"
             self._retry(cause)
@@ -173,36 +239,45 @@ class RemoteStream:
             )
 
 
-def fetch(url: str, retries: int = RETRIES, backoff: float = BACKOFF_S) -> bytes:
-    """The whole file at `url` (a manifest): read with the same retries as a shard."""
-    stream = RemoteStream(url, retries=retries, backoff=backoff)
+def fetch(url: str, retries: int | None = None, backoff: float | None = None, limit: int | None = None) -> bytes:
+    """The whole file at `url` (a manifest): read with the same retries as a shard, refused past `limit` bytes
+    (`MAX_MANIFEST_BYTES`) and when empty (what a failed transfer leaves)."""
+    limit = MAX_MANIFEST_BYTES if limit is None else limit
+    stream = RemoteStream(url, retries=RETRIES if retries is None else retries, backoff=BACKOFF_S if backoff is None else backoff)
+    parts: list[bytes] = []
     try:
-        return stream.read()
+        while chunk := stream.read(min(CHUNK, limit + 1 - stream.position)):
+            parts.append(chunk)
+            if stream.position > limit:
+                raise PermanentRemoteError(
+                    f"{url}: more than {limit:,} bytes, the bound for a manifest (datamodules/remote.py MAX_MANIFEST_BYTES); "
+                    "check the location points at a crossmod dataset"
+                )
     finally:
         stream.close()
+    if not parts:
+        raise RemoteReadError(f"{url}: empty (the server sent nothing); check the dataset location")
+    return b"".join(parts)
 
 
 def download(url: str, target: Path, size: int | None, sha256: str, retries: int = RETRIES, backoff: float = BACKOFF_S) -> Path:
     """Copy `url` to `target` through a temporary file, checked against the manifest's size and sha256
-    before it takes its name: a cache never holds a partial or corrupt shard under a shard's name."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    before it takes its name: a cache never holds a partial or corrupt shard under a shard's name. The
+    temporary file is created exclusively (datamodules/cache_files.py): a link planted in the cache is never followed."""
     stream = RemoteStream(url, size, retries, backoff)
     digest = hashlib.sha256()
     try:
-        with open(partial, "wb") as out:
+        with atomic_file(target, "remote shard cache") as out:
             while chunk := stream.read(CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
-        stream.report()
-        if size is not None and stream.position != size:
-            raise RemoteReadError(f"{url}: {stream.position} bytes where the manifest records {size}")
-        if digest.hexdigest() != sha256:
-            raise RemoteReadError(f"{url}: does not match its manifest checksum (corrupt on the server or in transit)")
-        os.replace(partial, target)
+            stream.report()
+            if size is not None and stream.position != size:
+                raise RemoteReadError(f"{url}: {stream.position} bytes where the manifest records {size}")
+            if digest.hexdigest() != sha256:
+                raise RemoteReadError(f"{url}: does not match its manifest checksum (corrupt on the server or in transit)")
     finally:
         stream.close()
-        partial.unlink(missing_ok=True)
     return target
 
 
@@ -212,6 +287,7 @@ def cached_copy(item: dict[str, Any], cache_dir: Path) -> Path:
     from datamodules.shards import sha256_file  # shards imports this module
 
     target = cache_dir / item["name"]
+    refuse_links(target, "remote shard cache")
     if target.is_file() and target.stat().st_size == item.get("bytes", target.stat().st_size) and sha256_file(target) == item["sha256"]:
         return target
     if target.exists():

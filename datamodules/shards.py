@@ -20,6 +20,7 @@ from typing import Any
 
 import webdataset as wds
 
+from datamodules.cache_files import exclusive_dir, refuse_links, write_file
 from datamodules.heads import parse_heads
 from datamodules.manifest_checks import check_manifest, parse_manifest
 from datamodules.paths import OutsideRoot, resolve_within
@@ -100,10 +101,9 @@ def check_shard_names(manifest: dict[str, Any], path: Path) -> None:
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON through a temporary file and rename, so readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1, ensure_ascii=False))
-    os.replace(tmp, path)
+    """Write JSON through an exclusively created temporary file and rename, so readers never see half a file
+    and a link planted at a temporary name is never followed (datamodules/cache_files.py)."""
+    write_file(path, json.dumps(payload, indent=1, ensure_ascii=False).encode(), "manifest", user_folder=True)
 
 
 class _SplitWriter:
@@ -152,10 +152,9 @@ def write_shards(
     typed_heads = parse_heads(heads)  # a bad declaration stops before anything is written
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    refuse_links(out_dir, "shard folder")
     remove_stale_partials(out_dir)
-    partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    partial = exclusive_dir(out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}"), "shard folder")
     writers: dict[str, _SplitWriter] = {}
     counts: dict[str, Any] = {"split": Counter(), "lang": Counter(), "label": defaultdict(Counter)}
     skipped: list[dict[str, str]] = []

@@ -34,7 +34,7 @@ class CLIPFusion(nn.Module):
         super().__init__()
         if interaction not in ("cross", "align"):
             raise ValueError(f"clip_fusion interaction must be 'cross' or 'align', got {interaction!r}")
-        self.clip = AutoModel.from_pretrained(name_or_path)
+        self.clip = AutoModel.from_pretrained(name_or_path, trust_remote_code=False)
         self.clip.train()
         if freeze:
             self.clip.requires_grad_(False)

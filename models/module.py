@@ -11,6 +11,7 @@ import inspect
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ class MemeClassifier(L.LightningModule):
         self.prediction_records: list[dict[str, Any]] = []
         self.record_predictions = False
         self.register_load_state_dict_pre_hook(rename_head_keys)
+        self.after_build: Callable[[MemeClassifier], None] | None = None  # e.g. a run's weights, once built in partitions
 
     @classmethod
     def load_from_checkpoint(
@@ -98,6 +100,14 @@ class MemeClassifier(L.LightningModule):
         check_checkpoint(checkpoint_path)
         kwargs["weights_only"] = True
         return super().load_from_checkpoint(checkpoint_path, map_location=map_location, strict=strict, **kwargs)
+
+    @classmethod
+    def unbuilt_from_checkpoint(cls, checkpoint_path: str | Path) -> tuple[MemeClassifier, dict[str, torch.Tensor]]:
+        """The checkpoint's classifier, not yet built, and its weights: for Lightning to build in partitions (ZeRO-3)
+        before the weights go in. The checkpoint is checked and read as plain data, as `load_from_checkpoint` does."""
+        check_checkpoint(checkpoint_path)
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        return cls(**checkpoint["hyper_parameters"]), checkpoint["state_dict"]
 
     def configure_model(self) -> None:
         """Build encoders, fusion and heads once (Lightning calls this inside the strategy's init context)."""
@@ -112,6 +122,9 @@ class MemeClassifier(L.LightningModule):
             self.head_layers = HeadLayers(self.backbone.output_dim, self.heads, self.hparams.head_dropout)
         if config is not None:
             rank_zero_info(partition_summary(self.parameters(), self._trainer.global_rank, self._trainer.world_size))
+        after_build, self.after_build = self.after_build, None
+        if after_build is not None:
+            after_build(self)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Logits per head: a fusion returns features for the shared head layers, or (late fusion) logits itself."""

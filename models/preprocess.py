@@ -26,7 +26,7 @@ class HFImagePixels:
     resize and normalisation, batches stacked; picklable for workers."""
 
     def __init__(self, name_or_path: str) -> None:
-        self.processor = AutoImageProcessor.from_pretrained(name_or_path)
+        self.processor = AutoImageProcessor.from_pretrained(name_or_path, trust_remote_code=False)
 
     def decode(self, data: bytes) -> Image.Image:
         return Image.open(io.BytesIO(data)).convert("RGB")
@@ -59,7 +59,7 @@ class MemePreprocessor:
             raise ValueError("give image_model (timm transform) or image_processor (Hugging Face folder), not both")
         self.heads = parse_heads(heads)
         self.max_length = max_length
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False) if tokenizer else None
         self.pixels: PixelPipeline | HFImagePixels | None = None
         if image_model:
             # imported here: timm and torchvision add ~40 MiB to every process that imports them

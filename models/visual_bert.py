@@ -38,7 +38,7 @@ class VisualBertFusion(nn.Module):
         classifier_transform: bool = True,
     ) -> None:
         super().__init__()
-        self.visual_bert = VisualBertModel.from_pretrained(name_or_path)
+        self.visual_bert = VisualBertModel.from_pretrained(name_or_path, trust_remote_code=False)
         self.visual_bert.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
         config = self.visual_bert.config
         if config.visual_embedding_dim != image.output_dim:

@@ -41,13 +41,15 @@ def refuse_pickles(folder: Path) -> None:
         )
 
 
-def run_model(run_dir: Path, checkpoint: str = "best") -> tuple[MemeClassifier, dict[str, Any]]:
+def run_model(run_dir: Path, checkpoint: str = "best", sharded: bool = False) -> tuple[MemeClassifier, dict[str, Any]]:
     """The run's best or last checkpoint (or a given checkpoint path) as a model, and the run's config.
 
     Lightning checkpoint files load as they are. DeepSpeed checkpoint directories and consolidated
     safetensors files (`python -m training.consolidate`) hold weights only, often just the trainable
     ones: the model is rebuilt from the run's config (its base from its own folder) and they go on top.
     The run's config and a checkpoint's hyperparameters are checked before anything is built from them.
+    `sharded`: the weights are read now, but the model is left for Lightning to build inside ZeRO-3's partitioned
+    init (scoring under `strategy=deepspeed_zero3`), and the weights go in then, partition by partition.
     """
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -58,13 +60,25 @@ def run_model(run_dir: Path, checkpoint: str = "best") -> tuple[MemeClassifier, 
     if is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
         check_trusted(config.get("model"), run_dir / "config.yaml", root=MODEL_ROOT)
         model = instantiate(config["model"], _recursive_=False)
-        model.configure_model()
-        restore_weights(model, zero_state_dict(path) if path.is_dir() else load_file(str(path)))
+        state = zero_state_dict(path) if path.is_dir() else load_file(str(path))
+        _restore_when_built(model, state, sharded)
+    elif path.is_file() and sharded:
+        model, state = MemeClassifier.unbuilt_from_checkpoint(path)
+        _restore_when_built(model, state, sharded)
     elif path.is_file():
         model = MemeClassifier.load_from_checkpoint(path, map_location="cpu")
     else:
         raise FileNotFoundError(f"{path} does not exist (checkpoint={checkpoint} of run {run_dir})")
     return model.eval(), {"config": config, "metrics": metrics, "checkpoint": str(path)}
+
+
+def _restore_when_built(model: MemeClassifier, state: dict[str, torch.Tensor], sharded: bool) -> None:
+    """Build now and restore, or (sharded) restore right after Lightning builds the model in partitions."""
+    if sharded:
+        model.after_build = lambda built: restore_weights(built, state)
+    else:
+        model.configure_model()
+        restore_weights(model, state)
 
 
 def _head_slice(model: MemeClassifier, culture: str) -> dict[str, torch.Tensor]:

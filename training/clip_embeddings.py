@@ -6,7 +6,8 @@ A cache file is keyed by what its numbers depend on: the dataset's shard fingerp
 vocabulary) and the model's identity (the hash of its config and weight files). It is plain data: one
 float32 tensor, with the keys it holds (meme ids or tag texts) and the tensor's sha256 in the header.
 A file that does not read, or whose numbers or keys differ from what its header records, is refused
-with its path: delete it to recompute.
+with its path: delete it to recompute. So is one whose numbers cannot rank anything (rows not finite, zero,
+or all the same: a checksum proves integrity, not validity), and such rows freshly computed are never cached.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
+
+from datamodules.cache_files import refuse_links, write_file
 
 WEIGHT_FILES = ("*.json", "*.safetensors", "*.bin", "*.txt", "*.model")
 
@@ -69,6 +72,9 @@ def read_cache(path: Path, keys: Sequence[str]) -> np.ndarray:
         raise ValueError(f"{path}: damaged embedding cache ({type(error).__name__}: {error}); delete the file to recompute") from error
     if _tensor_sha(array) != recorded or array.ndim != 2 or len(stored_keys) != array.shape[0]:
         raise ValueError(f"{path}: damaged embedding cache (its numbers differ from the checksum in its header); delete it to recompute")
+    problem = cannot_rank(array)
+    if problem:
+        raise ValueError(f"{path}: embedding cache cannot rank memes: {problem}; delete it to recompute")
     index = {key: row for row, key in enumerate(stored_keys)}
     missing = [key for key in keys if key not in index]
     if missing:
@@ -76,17 +82,27 @@ def read_cache(path: Path, keys: Sequence[str]) -> np.ndarray:
     return array[[index[key] for key in keys]]
 
 
+def cannot_rank(array: np.ndarray) -> str | None:
+    """Why these embedding rows cannot rank anything by cosine (None when they can)."""
+    count = len(array)
+    bad = int((~np.isfinite(array).all(axis=1)).sum()) if count else 0
+    if bad:
+        return f"{bad} of {count} rows are not finite (NaN or infinite)"
+    zero = int((~np.any(array != 0, axis=1)).sum()) if count else 0
+    if zero:
+        return f"{zero} of {count} rows are zero"
+    if count > 1 and bool((array == array[0]).all()):
+        return f"all {count} rows are the same"
+    return None
+
+
 def write_cache(path: Path, keys: Sequence[str], array: np.ndarray, identity: str) -> None:
     """Write atomically (a temporary file renamed), so a crash never leaves a half file under the real name."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     array = np.ascontiguousarray(array, dtype=np.float32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    save_file(
-        {"embeddings": array}, str(partial), metadata={"keys": json.dumps(list(keys)), "sha256": _tensor_sha(array), "model": identity}
-    )
-    partial.replace(path)
+    data = save({"embeddings": array}, metadata={"keys": json.dumps(list(keys)), "sha256": _tensor_sha(array), "model": identity})
+    write_file(path, data, "embedding cache")
 
 
 def cached_embeddings(
@@ -96,12 +112,18 @@ def cached_embeddings(
     from filelock import FileLock
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_links(path, "embedding cache")
     with FileLock(str(path) + ".lock"):
         if path.is_file():
             return read_cache(path, keys), True
         array = np.asarray(compute(keys), dtype=np.float32)
         if array.shape[0] != len(keys):
             raise ValueError(f"{len(keys)} keys but {array.shape[0]} embeddings computed")
+        problem = cannot_rank(array)
+        if problem:
+            raise ValueError(
+                f"{identity}: the embeddings it computed cannot rank memes ({problem}); nothing cached at {path}: check fewshot.clip"
+            )
         write_cache(path, keys, array, identity)
         return array, False
 
@@ -118,9 +140,9 @@ class ClipEncoder:
         from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
         self.device = device or torch.device("cpu")
-        self.model = CLIPModel.from_pretrained(name_or_path).to(self.device).eval()
-        self.image_processor = AutoImageProcessor.from_pretrained(name_or_path)
-        self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        self.model = CLIPModel.from_pretrained(name_or_path, trust_remote_code=False).to(self.device).eval()
+        self.image_processor = AutoImageProcessor.from_pretrained(name_or_path, trust_remote_code=False)
+        self.tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
         self.batch_size = batch_size
         self.max_length = self.model.config.text_config.max_position_embeddings
 

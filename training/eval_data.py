@@ -29,7 +29,7 @@ from datamodules.memes import MemeDataModule
 from datamodules.predict_inputs import check_inputs
 from evaluation.functional import functional_metrics
 from models.module import MemeClassifier
-from training.evaluating import Loaded, evaluate
+from training.evaluating import Loaded, evaluate, one_device_scorer
 from training.scored_splits import RunFacts, ScoredSplit, run_facts, scored_splits
 from training.user_errors import UserError
 
@@ -143,6 +143,10 @@ class ScoredAs(L.LightningModule):
         self.preprocessor = model.preprocessor
         self.heads = {eval_head.name: eval_head}
 
+    def configure_model(self) -> None:
+        """The classifier is built by Lightning, inside the strategy's init context (ZeRO-3: in partitions)."""
+        self.model.configure_model()
+
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         (name,) = self.heads
         return {name: self.model(batch)[self.trained]}
@@ -201,7 +205,6 @@ def score_transfer(
     if options.split == "all":
         scored.scored = f"all of {plan.dataset}, every split ({'+'.join(sorted({r.get('split') or 'all' for r in scored.records}))})"
     loaded, weights = selected_model(run_dir, scored_weights, model, sharded)
-    loaded = loaded.to(device) if device.type != "cpu" else loaded
     out = run_dir / "transfer" / plan.dataset
     report = evaluate(
         [(facts.name, Loaded(ScoredAs(loaded, plan.trained_head, plan.eval_head, plan.head_rule)))],
@@ -211,6 +214,7 @@ def score_transfer(
         options.batch_size,
         options.threshold,
         plan.dataset,
+        one_device_scorer("gpu" if device.type == "cuda" else "cpu"),  # Lightning's predict loop, on this rank's device
     )
     entry = report["runs"][facts.name]
     protocol = {

@@ -15,26 +15,38 @@ from evaluation.functional import functionality_bars
 from evaluation.plots import alignment_heatmap, roc_figure
 from evaluation.predictions import labelled_pairs
 from evaluation.run_report import functionality_figure, score_run, summary_markdown
-from training.predicting import predict, write_predictions
+from training.predicting import write_predictions
 from training.scored_splits import ScoredSplit
 
 
-def model_loaders(ckpt: Path) -> list[tuple[str, Callable[[], Any]]]:
+def model_loaders(ckpt: Path, sharded: bool = False) -> list[tuple[str, Callable[[], Any]]]:
     """(name, loader) for a run dir, a .ckpt, an exported culture folder, or every run under a folder. Loaders build
-    one model each when called, so a folder of runs is scored one model at a time (peak memory: one model)."""
+    one model each when called, so a folder of runs is scored one model at a time (peak memory: one model).
+
+    `sharded` (scoring under ZeRO-3): a run's or checkpoint's model is left for Lightning to build in partitions, its
+    weights read now and put in then; an exported culture is loaded whole and partitioned when DeepSpeed starts."""
     from models.module import MemeClassifier
     from training.artifacts import load_culture, run_model
 
     if ckpt.is_file():
+        if sharded:
+            return [(ckpt.stem, lambda: _restored_when_built(*MemeClassifier.unbuilt_from_checkpoint(ckpt)))]
         return [(ckpt.stem, lambda: MemeClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval())]
     if (ckpt / "culture_card.json").is_file():
         return [(ckpt.name, lambda: load_culture(ckpt)[0])]
     if (ckpt / "metrics.json").is_file():
-        return [(ckpt.name, lambda: run_model(ckpt)[0])]
+        return [(ckpt.name, lambda: run_model(ckpt, sharded=sharded)[0])]
     runs = sorted(p.parent for p in ckpt.rglob("metrics.json"))
     if not runs:
         raise FileNotFoundError(f"{ckpt}: no run (metrics.json), checkpoint or exported culture folder")
-    return [(str(run.relative_to(ckpt)), functools.partial(lambda run: run_model(run)[0], run)) for run in runs]
+    return [(str(run.relative_to(ckpt)), functools.partial(lambda run: run_model(run, sharded=sharded)[0], run)) for run in runs]
+
+
+def _restored_when_built(model: Any, state: dict[str, Any]) -> Any:
+    from training.consolidate import restore_weights
+
+    model.after_build = lambda built: restore_weights(built, state)
+    return model.eval()
 
 
 class Loaded:
@@ -52,6 +64,15 @@ class Loaded:
 Scorer = Callable[[Any, list[dict[str, Any]], int, float], list[dict[str, Any]]]
 
 
+def one_device_scorer(accelerator: str = "cpu") -> Scorer:
+    """Lightning's predict loop in this process, on one device: scoring that runs inside another job (transfer
+    scoring after training, on rank 0)."""
+    from training.scoring import score, single_device_trainer
+
+    trainer = single_device_trainer(accelerator)
+    return lambda model, records, batch_size, threshold: score(trainer, model, records, batch_size, threshold)
+
+
 def evaluate(
     models: list[tuple[str, Callable[[], Any]]],
     scored: Mapping[str, ScoredSplit],
@@ -60,15 +81,17 @@ def evaluate(
     batch_size: int,
     threshold: float,
     dataset: str,
-    scorer: Scorer = predict,
+    scorer: Scorer | None = None,
     writer: bool = True,
 ) -> dict[str, Any]:
     """Score each run on its own memes (`scored[name]`: a fold run's held-out fold, or a split) and write
     report.json, summary.md, per-run predictions and the figures into `out`.
 
     `models`: (name, loader), each model built when its turn comes and dropped after it. `scorer`: rows of
-    (model, records, batch size, threshold), e.g. Lightning's predict loop (training/scoring.py), which every
-    process of a data-parallel job runs; only the `writer` (rank 0) writes files."""
+    (model, records, batch size, threshold): Lightning's predict loop (training/scoring.py) on the job's trainer,
+    which every process of a data-parallel job runs (default: one device, this process); only the `writer` (rank 0)
+    writes files."""
+    scorer = scorer or one_device_scorer()
     missing = [name for name, _ in models if name not in scored]
     if missing:
         raise KeyError(f"no memes to score for run(s) {missing} (given for {sorted(scored)})")

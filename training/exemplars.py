@@ -84,6 +84,14 @@ def top_k(scores: np.ndarray, k: int, forbidden: np.ndarray) -> np.ndarray:
     return order[:, :k]
 
 
+def unranked(scores: np.ndarray, forbidden: np.ndarray) -> np.ndarray:
+    """(n_queries,) True where the allowed exemplars' scores are all equal or not finite: no ranking, only pool order."""
+    allowed = ~forbidden
+    high = np.where(allowed, scores, -np.inf).max(axis=1)
+    low = np.where(allowed, scores, np.inf).min(axis=1)
+    return ~np.isfinite(high) | ~np.isfinite(low) | (high == low)
+
+
 def stable_key(text: str) -> int:
     """A 64-bit integer fixed by the text alone (same on every machine and run)."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 import training.resolvers  # noqa: F401  (registers ${tiny_vlm:} …)
@@ -34,8 +35,8 @@ from training.console import configure_console
 from training.exemplars import heldout_split, search_alpha
 from training.fewshot_prompts import FewShotGenerator, FewShotPrompt, stage_label
 from training.fewshot_retrieval import STRATEGIES, MemeTable, index_tags, needs_alpha, read_tags_file, strategies_asked, tag_vocabulary
-from training.inference_device import inference_device
 from training.preflight import prompting
+from training.scoring import scoring_trainer
 from training.user_errors import entry_point
 
 if TYPE_CHECKING:
@@ -43,6 +44,12 @@ if TYPE_CHECKING:
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ANSWER_COLUMNS = ("phase", "strategy", "stage", "shots", "alpha", "id", "exemplars", "gold", "prediction", "generation")
+
+
+@rank_zero_only
+def say(line: str) -> None:
+    """A progress line, printed once however many processes answer."""
+    print(line, flush=True)
 
 
 def int_list(value: Any, name: str, allowed: Sequence[int] | None = None) -> list[int]:
@@ -83,7 +90,7 @@ class FewShotRun:
     ) -> dict[str, Any]:
         """Retrieve, ask, parse and score one (strategy, stage, shots) over `queries`; every answer becomes a row."""
         records = self.table.records
-        chosen = self.table.exemplars(strategy, queries, pool, shots, self.seed, alpha)
+        chosen, unranked = self.table.retrieve(strategy, queries, pool, shots, self.seed, alpha)
         texts = self.ask(stage, queries, chosen)
         gold = [stage_label(records[q], stage) for q in queries]
         predicted = [parse_stage_answer(text, stage) for text in texts]
@@ -103,7 +110,8 @@ class FewShotRun:
                     "generation": text,
                 }
             )
-        return {"strategy": strategy, "stage": stage, "shots": shots, "alpha": alpha, **stage_scores(gold, predicted)}
+        scores = stage_scores(gold, predicted)
+        return {"strategy": strategy, "stage": stage, "shots": shots, "alpha": alpha, **scores, "unranked": unranked}
 
     def choose_alpha(self, strategy: str, stage: int, shots: int, pool: Sequence[int], settings: DictConfig) -> dict[str, Any]:
         """α by macro F1 on a held-out part of the training pool, exemplars from the rest of it (never the test memes)."""
@@ -169,9 +177,7 @@ def build_table(
                 path, [r["id"] for r in records], lambda ids: clip().images([by_id[i]["image"] for i in ids], ids), identity
             )
             info["image_cache"] = {"file": str(path), "read_from_cache": hit}
-            print(
-                f"[fewshot] image embeddings of {len(records)} memes: {'read from' if hit else 'computed and cached in'} {path}", flush=True
-            )
+            say(f"[fewshot] image embeddings of {len(records)} memes: {'read from' if hit else 'computed and cached in'} {path}")
         if uses_tags:
             if not vocabulary:
                 raise ValueError("the tag strategies need tags, but no meme of the dataset (nor the tags file) has any")
@@ -179,10 +185,7 @@ def build_table(
             path = cache_file(settings.cache_dir, "tags", key, identity)
             tag_vectors, hit = cached_embeddings(path, vocabulary, lambda texts: clip().texts(texts), identity)
             info["tag_cache"] = {"file": str(path), "read_from_cache": hit, "tags": len(vocabulary)}
-            print(
-                f"[fewshot] text embeddings of {len(vocabulary)} tags: {'read from' if hit else 'computed and cached in'} {path}",
-                flush=True,
-            )
+            say(f"[fewshot] text embeddings of {len(vocabulary)} tags: {'read from' if hit else 'computed and cached in'} {path}")
     table = MemeTable(
         records=records,
         image_vectors=image_vectors,
@@ -257,13 +260,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             f"fewshot.splits {list(settings.splits)} and fewshot.pool_splits {list(settings.pool_splits)} overlap: exemplars come from train only"
         )
     records, manifest = read_memes(cfg)
-    device = inference_device(cfg.trainer, "few-shot prompting")
+    trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes, ZeRO-3 (every chat once)
+    device = trainer.strategy.root_device  # this process's device: CLIP embeddings for retrieval
     table, embedding_info = build_table(
         settings, records, strategies, f"{manifest['dataset']}-{manifest['fingerprint']}", manifest["dataset"], device
     )
     model_cfg = cfg.model
     generator = FewShotGenerator(
         str(model_cfg.name_or_path),
+        trainer,
         family=OmegaConf.to_container(model_cfg.family) if isinstance(model_cfg.family, DictConfig) else model_cfg.family,
         dtype=model_cfg.fusion.dtype,
         attn_implementation=model_cfg.fusion.attn_implementation,
@@ -272,7 +277,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         max_pixels=model_cfg.preprocessor.max_pixels,
         batch_size=int(settings.batch_size),
         max_new_tokens=int(settings.max_new_tokens),
-        device=device,
+        num_workers=int(settings.get("num_workers", 0)),
     )
     session = FewShotRun(table, generator, prompt, int(cfg.seed))
     results, searches, counts = [], [], {}
@@ -294,7 +299,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     alpha = search["chosen"]
                 result = session.score("test", strategy, stage, shots, queries, pool, alpha)
                 results.append(result)
-                print(f"[fewshot] {STAGE_NAMES[stage]} {shots}-shot {strategy}: macro F1 {100 * result['macro_f1']:.2f}", flush=True)
+                unranked = f" ({result['unranked']} queries it could not rank: exemplars in pool order)" if result["unranked"] else ""
+                say(f"[fewshot] {STAGE_NAMES[stage]} {shots}-shot {strategy}: macro F1 {100 * result['macro_f1']:.2f}{unranked}")
     summary = {
         "model": str(model_cfg.name_or_path),
         "family": generator.family.name,
@@ -315,6 +321,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "study": dict(OmegaConf.to_container(settings.study)) if settings.get("study") else {},
         **embedding_info,
     }
+    if not trainer.is_global_zero:  # every rank answered its share and holds every answer; rank 0 writes
+        return summary
     text = write_report(Path(cfg.paths.output_dir) / "fewshot", summary, session.rows)
     print(text, flush=True)
     return summary

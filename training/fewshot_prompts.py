@@ -10,17 +10,17 @@ is greedy (the study's temperature 0.001), left-padded, `max_new_tokens` (the st
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from PIL import Image
+import lightning as L
+from torch import nn
 
 from evaluation.fewshot_scores import STAGE_CLASSES, STAGE_HEADS
 from models.vlm.classifier import resolve_attn_implementation, resolve_dtype
 from models.vlm.families import family_for
+from training.chat_answers import ChatBatches, GreedyChatAnswers, answer_chats
 
 
 def stage_label(record: Mapping[str, Any], stage: int) -> int | None:
@@ -66,12 +66,34 @@ class FewShotPrompt:
         return [*chat, self.user_turn(query, stage, not exemplars)]
 
 
+class PretrainedVLM(nn.Module):
+    """A base image-text-to-text model (no adapter), loaded when Lightning builds it: under ZeRO-3 into partitions."""
+
+    def __init__(self, name_or_path: str, dtype: str, attn_implementation: str) -> None:
+        super().__init__()
+        self.name_or_path, self.dtype_name, self.attn_implementation = name_or_path, dtype, attn_implementation
+        self.model: nn.Module | None = None
+
+    def configure_model(self) -> None:
+        from transformers import AutoModelForImageTextToText
+
+        if self.model is None:
+            self.model = AutoModelForImageTextToText.from_pretrained(
+                self.name_or_path,
+                dtype=resolve_dtype(self.dtype_name),
+                attn_implementation=resolve_attn_implementation(self.attn_implementation),
+                trust_remote_code=False,
+            ).eval()
+
+
 class FewShotGenerator:
-    """A base VLM (no adapter) answering rendered few-shot chats in batches."""
+    """A base VLM (no adapter) answering rendered few-shot chats in batches, through Lightning's predict loop on the
+    `trainer=` group's devices (training/chat_answers.py)."""
 
     def __init__(
         self,
         name_or_path: str,
+        trainer: L.Trainer,
         family: str | dict[str, Any] | None = "auto",
         dtype: str = "auto",
         attn_implementation: str = "auto",
@@ -80,14 +102,12 @@ class FewShotGenerator:
         max_pixels: int | None = None,
         batch_size: int = 4,
         max_new_tokens: int = 30,
-        device: torch.device | None = None,
+        num_workers: int = 0,
     ) -> None:
-        from transformers import AutoModelForImageTextToText, AutoProcessor
+        from transformers import AutoProcessor
 
         self.family = family_for(name_or_path, family)
-        self.device = device or torch.device("cpu")
-        self.processor = AutoProcessor.from_pretrained(name_or_path)
-        self.processor.tokenizer.padding_side = "left"
+        self.processor = AutoProcessor.from_pretrained(name_or_path, trust_remote_code=False)
         if min_pixels is not None or max_pixels is not None:
             if not self.family.pixel_bounds:
                 raise ValueError(
@@ -96,22 +116,11 @@ class FewShotGenerator:
             size = dict(self.processor.image_processor.size)
             size.update({k: v for k, v in (("shortest_edge", min_pixels), ("longest_edge", max_pixels)) if v is not None})
             self.processor.image_processor.size = size
-        self.model = AutoModelForImageTextToText.from_pretrained(
-            name_or_path, dtype=resolve_dtype(dtype), attn_implementation=resolve_attn_implementation(attn_implementation)
+        self.batches = ChatBatches(self.processor, image_size, images_required=True)
+        self.module = GreedyChatAnswers(
+            PretrainedVLM(name_or_path, dtype, attn_implementation), lambda vlm: vlm.model, self.processor.tokenizer, max_new_tokens
         )
-        self.model.to(self.device).eval()
-        self.image_size, self.batch_size, self.max_new_tokens = image_size, batch_size, max_new_tokens
-
-    def image(self, record: Mapping[str, Any]) -> Image.Image:
-        """The meme's image as RGB, resized to the square `image_size` (None: as found)."""
-        if record.get("image") is None:
-            raise ValueError(f"meme {record['id']} has no image; the few-shot prompt shows every meme's image")
-        try:
-            with Image.open(io.BytesIO(record["image"])) as image:
-                image = image.convert("RGB")
-        except Exception as error:  # noqa: BLE001 - re-raised with the meme named
-            raise ValueError(f"meme {record['id']}: image cannot be decoded ({error})") from error
-        return image.resize((self.image_size,) * 2, Image.BICUBIC) if self.image_size else image
+        self.trainer, self.batch_size, self.num_workers = trainer, batch_size, num_workers
 
     def render(self, messages: list[dict[str, Any]], images: int) -> str:
         chat = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -122,17 +131,8 @@ class FewShotGenerator:
             )
         return chat
 
-    @torch.no_grad()
     def answer(self, chats: Sequence[tuple[list[dict[str, Any]], list[Mapping[str, Any]]]]) -> list[str]:
-        """Greedy generations for (messages, memes shown in order) pairs, `batch_size` chats at a time."""
-        tokenizer = self.processor.tokenizer
-        texts: list[str] = []
-        for start in range(0, len(chats), self.batch_size):
-            batch = chats[start : start + self.batch_size]
-            rendered = [self.render(messages, len(memes)) for messages, memes in batch]
-            images = [[self.image(meme) for meme in memes] for _, memes in batch]
-            inputs = self.processor(text=rendered, images=images, padding=True, add_special_tokens=False, return_tensors="pt")
-            inputs = {k: v.to(self.device) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-            out = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-            texts += tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-        return texts
+        """Greedy generations for (messages, memes shown in order) pairs, every chat answered once, in order."""
+        items = [{"chat": self.render(messages, len(memes)), "memes": list(memes)} for messages, memes in chats]
+        rows = answer_chats(self.trainer, self.module, items, self.batches, self.batch_size, self.num_workers)
+        return [row["generation"] for row in rows]

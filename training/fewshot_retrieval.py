@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.sources.readers import clean_id, read_jsonl
-from training.exemplars import combined, cosine, forbidden_pairs, random_exemplars, tag_similarity, top_k
+from training.exemplars import combined, cosine, forbidden_pairs, random_exemplars, tag_similarity, top_k, unranked
 
 # strategy → (uses the image term, which tags the query brings: None, "gt" or "generated")
 STRATEGIES: dict[str, tuple[bool, str | None]] = {
@@ -80,6 +80,11 @@ def read_tags_file(path: str | Path, dataset: str) -> dict[str, list[str]]:
         if sample_id in tags:
             raise ValueError(f"{where}: id {meme} appears twice")
         tags[sample_id] = [t.strip() for t in values if t.strip()]
+    if tags and not any(tags.values()):
+        raise ValueError(
+            f"{path}: every tag is blank ({len(tags)} memes): retrieval by generated tags could rank nothing; write the tags again "
+            "(python train.py experiment=toxictags_tag_generator) or leave the generated-tag strategies out of `selection`"
+        )
     return tags
 
 
@@ -116,6 +121,13 @@ class MemeTable:
         self, strategy: str, queries: Sequence[int], pool: Sequence[int], k: int, seed: int, alpha: float | None = None
     ) -> np.ndarray:
         """(queries, k) meme positions of each query's exemplars, most similar first; never the query or its group."""
+        return self.retrieve(strategy, queries, pool, k, seed, alpha)[0]
+
+    def retrieve(
+        self, strategy: str, queries: Sequence[int], pool: Sequence[int], k: int, seed: int, alpha: float | None = None
+    ) -> tuple[np.ndarray, int]:
+        """(`exemplars`, how many queries the strategy could not rank): a query whose allowed exemplars all score
+        the same (a tagless query under a tag strategy) gets the pool's first memes, which is counted, not hidden."""
         ids = [self.records[p]["id"] for p in queries]
         forbidden = forbidden_pairs(
             ids,
@@ -124,10 +136,9 @@ class MemeTable:
             [self.records[p]["group"] for p in pool],
         )
         if strategy == "random":
-            chosen = random_exemplars(ids, k, forbidden, seed)
-        else:
-            chosen = top_k(self.similarity(strategy, queries, pool, alpha), k, forbidden)
-        return np.asarray(pool)[chosen]
+            return np.asarray(pool)[random_exemplars(ids, k, forbidden, seed)], 0
+        scores = self.similarity(strategy, queries, pool, alpha)
+        return np.asarray(pool)[top_k(scores, k, forbidden)], int(unranked(scores, forbidden).sum())
 
 
 def tag_vocabulary(records: Sequence[Mapping[str, Any]], generated: Mapping[str, list[str]]) -> list[str]:

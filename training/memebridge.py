@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import hydra
+import lightning as L
 import numpy as np
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 import training.resolvers  # noqa: F401  (registers ${run_id:}, ${tiny_vlm:} …)
@@ -41,11 +42,11 @@ from evaluation.memebridge import (
 )
 from models.sentence_embedder import SentenceEmbedder
 from models.vlm.families import model_type
-from models.vlm.preprocess import meme_image
+from training.chat_answers import ChatBatches, GreedyChatAnswers, answer_chats
 from training.console import configure_console
-from training.inference_device import inference_device
 from training.memebridge_prompts import MemeBridgePrompts
 from training.preflight import prompting
+from training.scoring import scoring_trainer
 from training.user_errors import entry_point
 
 
@@ -71,33 +72,12 @@ def questions(records: list[dict[str, Any]], prompts: MemeBridgePrompts) -> list
     return asked
 
 
-def generate(model: Any, chats: list[str], images: Iterable[Any], batch_size: int, max_new_tokens: int, device: torch.device) -> list[str]:
-    """Batched greedy generation (left-padded chats, one image each, decoded batch by batch); the new tokens decoded."""
-    processor = model.preprocessor.processor
-    tokenizer = processor.tokenizer
-    base = model.backbone._base()
-    images = iter(images)
-    texts: list[str] = []
-    for start in range(0, len(chats), batch_size):
-        stop = start + batch_size
-        batch = processor(
-            text=chats[start:stop],
-            images=[[next(images)] for _ in chats[start:stop]],
-            padding=True,
-            add_special_tokens=False,
-            return_tensors="pt",
-        )
-        inputs = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
-        with torch.no_grad():
-            sequences = base.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-        texts += tokenizer.batch_decode(sequences[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-    return texts
-
-
-def answer_all(model: Any, records: list[dict[str, Any]], asked: list[dict[str, Any]], settings: DictConfig, device: torch.device) -> None:
-    """Fill in `generation` for every question, task by task (each with its own `max_new_tokens`)."""
+def answer_all(trainer: L.Trainer, model: Any, records: list[dict[str, Any]], asked: list[dict[str, Any]], settings: DictConfig) -> None:
+    """Fill in `generation` for every question, task by task (each with its own `max_new_tokens`), through Lightning's
+    predict loop on the `trainer=` group's devices (training/chat_answers.py): every question answered once."""
     preprocessor = model.preprocessor
     by_id = {record["id"]: record for record in records}
+    batches = ChatBatches(preprocessor.processor, preprocessor.image_size, images_required=False)  # as in training
     for task in TASKS:
         entries = [entry for entry in asked if entry["task"] == task]
         if not entries:
@@ -109,11 +89,20 @@ def answer_all(model: Any, records: list[dict[str, Any]], asked: list[dict[str, 
                 f"the chat template of {preprocessor.source!r} ({preprocessor.family.name}) wrote no image placeholder {placeholder!r}: "
                 f"the image would not reach the model. Rendered: {chats[0][:300]!r}"
             )
-        images = (meme_image(by_id[entry["id"]], preprocessor.image_size) for entry in entries)  # as in training
-        generations = generate(model, chats, images, settings.batch_size, settings.max_new_tokens[task], device)
-        for entry, chat, text in zip(entries, chats, generations):
-            entry.update(chat=chat, generation=text)
-        print(f"[memebridge] {task}: {len(entries)} memes answered", flush=True)
+        module = GreedyChatAnswers(
+            model, lambda built: built.backbone._base(), preprocessor.processor.tokenizer, settings.max_new_tokens[task]
+        )
+        items = [{"chat": chat, "memes": [by_id[entry["id"]]]} for entry, chat in zip(entries, chats)]
+        answers = answer_chats(trainer, module, items, batches, settings.batch_size, settings.get("num_workers", 0))
+        for entry, chat, answer in zip(entries, chats, answers):
+            entry.update(chat=chat, generation=answer["generation"])
+        say(f"[memebridge] {task}: {len(entries)} memes answered")
+
+
+@rank_zero_only
+def say(line: str) -> None:
+    """A progress line, printed once however many processes answer."""
+    print(line, flush=True)
 
 
 def embed(model_name: str, texts: list[str], batch_size: int, device: torch.device) -> np.ndarray:
@@ -219,14 +208,14 @@ def run(cfg: DictConfig) -> float:
     records = read_samples(datamodule.dataset_dir, list(settings.splits))
     if not records:
         raise ValueError(f"no memes in splits {list(settings.splits)} of {datamodule.dataset_dir}")
-    device = inference_device(cfg.trainer, "MemeBridge prompting")
-    model = instantiate(cfg.model, _recursive_=False)
-    model.configure_model()
+    trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes, ZeRO-3 (every question once)
+    device = trainer.strategy.root_device  # this process's device: the sentence embedder of the similarity scores
+    model = instantiate(cfg.model, _recursive_=False)  # without an adapter, built by Lightning (ZeRO-3: in partitions)
     if settings.adapter:
+        model.configure_model()
         load_adapter(model, str(settings.adapter))
-    model.to(device).eval()
     asked = questions(records, prompts)
-    answer_all(model, records, asked, settings, device)
+    answer_all(trainer, model, records, asked, settings)
     scores = score(asked)
     sim_orig, sim_fmt = explanation_similarities(asked, records, settings, device)
     written = [entry for entry in asked if entry["task"] == "explanation"]
@@ -250,6 +239,8 @@ def run(cfg: DictConfig) -> float:
     }
     summary["invalid"] = sum(task["invalid"] for task in summary["tasks"].values())
     summary["answers"] = len(asked)
+    if not trainer.is_global_zero:  # every rank holds every answer; rank 0 writes them and returns PS
+        return float("nan")
     write_answers(out / "answers.csv", asked, condition)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False))
     table = markdown(summary)

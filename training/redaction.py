@@ -2,17 +2,21 @@
 
 A key is secret when one of its words (split at `_`, `-`, `.` and case changes, so `WANDB_API_KEY`,
 `wandbApiKey`, `accessToken`, `auth`, `private_key` alike) names a credential, or is `key` after a word
-that makes it one (`api`, `private`, `access` …). Tokenizers and token counts (`tokenizer`,
-`max_new_tokens`) are not secrets. Values under such keys become `***` in crossmod's `config.yaml`,
+that makes it one (`api`, `private`, `access` …), or is a last `key` after any word but an ordinary one
+(`wandb_key` is secret, `sort_key` is not). Tokenizers and token counts (`tokenizer`, `max_new_tokens`)
+are not secrets. Credentials inside URLs (`https://user:secret@host`, `?token=…`) are removed from
+every string, and a secret key inside a structured override (`'+creds={api_key: …}'`) is redacted in
+the override's text as in the config. Values under such keys become `***` in crossmod's `config.yaml`,
 the loggers' hyperparameters (CSV `hparams.yaml`, W&B's config) and exported folders; the Hydra
 callback below does the same to Hydra's `.hydra/` files and the sweep's `multirun.yaml` once Hydra
-has written them, and to the command line that W&B records. Secrets belong in the environment
+has written them, and to the command line that W&B records. Rewriting after Hydra writes is the seam
+Hydra offers: it saves the files in `run_job` just before `on_job_start`, with no hook in between, and
+redacting the command line before Hydra parses it would hand the run `***` instead of its values. Secrets belong in the environment
 (`WANDB_API_KEY`, `HF_TOKEN`), never in overrides.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Iterable
@@ -22,6 +26,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+
+from datamodules.cache_files import write_file
 
 REDACTED = "***"
 # A word is secret when it ends with one of these (so run-together `accesstoken`, `apikey` count too).
@@ -37,11 +43,21 @@ CREDENTIAL_ENDINGS = (
     "credential",
     "credentials",
     "cookie",
+    "pwd",
 )
 # ... or is `key` right after one of these words (or run together with it: `apikey`, `privatekey`).
 KEY_QUALIFIERS = frozenset({"api", "private", "access", "secret", "signing", "ssh", "encryption", "client", "session", "license"})
+# A last `key` after one of these words is an ordinary key (`sort_key`, `exclude_keys`), not a credential.
+ORDINARY_KEY_QUALIFIERS = frozenset(
+    {"sort", "group", "by", "data", "dataset", "state", "stable", "cache", "primary", "foreign", "exclude", "include", "override"}
+    | {"metric", "monitor", "image", "text", "label", "head", "id", "join", "lookup", "hash", "dict", "map", "sample", "column"}
+    | {"field", "nested", "missing", "stored", "batch", "config", "shard", "split", "rng", "prng", "random", "seed", "dict"}
+)
 WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 OVERRIDE = re.compile(r"^(?P<key>[+~]{0,2}[\w.@/-]+)=(?P<value>.*)$", re.DOTALL)
+URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]+@")
+QUERY_PARAMETER = re.compile(r"(?P<lead>[?&])(?P<name>[^=&#\s]+)=(?P<value>[^&#\s]*)")
+MAPPING_ENTRY = re.compile(r"""(?P<name>[\w.-]+)(?P<sep>\s*:\s*)(?P<value>'[^']*'|"[^"]*"|[^,\]}]+)""")
 
 
 def key_words(name: str) -> list[str]:
@@ -55,15 +71,28 @@ def is_secret_key(name: Any) -> bool:
         return True
     if any(word in {f"{q}key" for q in KEY_QUALIFIERS} | {f"{q}keys" for q in KEY_QUALIFIERS} for word in words):
         return True
-    return any(first in KEY_QUALIFIERS and second in ("key", "keys") for first, second in zip(words, words[1:]))
+    if any(first in KEY_QUALIFIERS and second in ("key", "keys") for first, second in zip(words, words[1:])):
+        return True
+    return bool(words) and words[-1] in ("key", "keys") and (len(words) == 1 or words[-2] not in ORDINARY_KEY_QUALIFIERS)
+
+
+def redact_text(text: str) -> str:
+    """A string without the credentials a URL can carry: `https://user:pw@host` → `https://***@host`,
+    `?token=abc` → `?token=***`."""
+    text = URL_CREDENTIALS.sub(rf"\g<scheme>{REDACTED}@", text)
+    return QUERY_PARAMETER.sub(lambda m: f"{m['lead']}{m['name']}={REDACTED}" if is_secret_key(m["name"]) else m[0], text)
 
 
 def redact_override(line: str) -> str:
-    """`+WANDB_API_KEY=abc` → `+WANDB_API_KEY=***`; a key path is secret when any part of it is."""
+    """`+WANDB_API_KEY=abc` → `+WANDB_API_KEY=***` (a key path is secret when any part of it is);
+    `+creds={api_key: abc}` → `+creds={api_key: ***}`; URL credentials in any value removed."""
     match = OVERRIDE.match(line)
-    if match and any(is_secret_key(part) for part in re.split(r"[./@]", match["key"].lstrip("+~"))):
+    if match is None:
+        return redact_text(line)
+    if any(is_secret_key(part) for part in re.split(r"[./@]", match["key"].lstrip("+~"))):
         return f"{match['key']}={REDACTED}"
-    return line
+    value = MAPPING_ENTRY.sub(lambda m: f"{m['name']}{m['sep']}{REDACTED}" if is_secret_key(m["name"]) else m[0], match["value"])
+    return f"{match['key']}={redact_text(value)}"
 
 
 def redact(container: Any) -> Any:
@@ -73,6 +102,8 @@ def redact(container: Any) -> Any:
         return {k: REDACTED if is_secret_key(k) and v is not None else redact(v) for k, v in container.items()}
     if isinstance(container, list):
         return [redact_override(v) if isinstance(v, str) else redact(v) for v in container]
+    if isinstance(container, str):
+        return redact_text(container)
     return container
 
 
@@ -94,16 +125,29 @@ def redact_yaml(path: Path, replacements: dict[str, str] | None = None) -> bool:
     redacted = _replace(redact(plain), replacements or {})
     if redacted == plain:
         return False
-    tmp = path.with_name(f".{path.name}.redacting")
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(redacted)))
-    os.replace(tmp, path)
+    write_file(path, OmegaConf.to_yaml(OmegaConf.create(redacted)).encode(), "run file", user_folder=True)
     return True
+
+
+def _as_hydra_writes(line: str, kv_sep: str) -> str | None:
+    """An override as Hydra spells it in `override_dirname` (`{a: 1}` → `{a:1}`, `:` escaped); None for sweeps."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        override = OverridesParser.create().parse_override(line)
+        return None if override.is_sweep_override() else f"{override.get_key_element()}{kv_sep}{override.get_value_element_as_str()}"
+    except Exception:  # noqa: BLE001 - a line Hydra does not parse is not in override_dirname either
+        return None
 
 
 def secret_overrides(lines: Iterable[str], kv_sep: str = "=") -> dict[str, str]:
     """{override as written: redacted}, also as Hydra joins them into `hydra.job.override_dirname`."""
     found = {line: redact_override(line) for line in lines if redact_override(line) != line}
-    found.update({k.replace("=", kv_sep): v.replace("=", kv_sep) for k, v in list(found.items())})
+    for line, redacted in list(found.items()):
+        found[line.replace("=", kv_sep)] = redacted.replace("=", kv_sep)
+        original, replacement = _as_hydra_writes(line, kv_sep), _as_hydra_writes(redacted, kv_sep)
+        if original and replacement and original != replacement:
+            found[original] = replacement
     return found
 
 

@@ -20,14 +20,33 @@ from evaluation.summary import json_safe
 
 
 def read_zeroshot_answers(path: Path) -> dict[str, Answers]:
-    """Prompt → answers of a zero-shot run's answers.csv (an empty prediction: an unparseable answer)."""
+    """Prompt → answers of a zero-shot run's answers.csv (an empty prediction: an unparseable answer); a row that is
+    not what `zeroshot.py` writes stops with the file and row."""
     by_prompt: dict[str, Answers] = {}
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            answers = by_prompt.setdefault(row["prompt"], Answers())
-            answers.probability[row["id"]] = float(row["p_hate"])
-            answers.decision[row["id"]] = None if row["prediction"] == "" else int(row["prediction"])
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row_number, row in enumerate(csv.DictReader(handle), 2):  # row 1 is the header
+            try:
+                prompt, meme, p_hate, prediction = row["prompt"], row["id"], row["p_hate"], row["prediction"]
+                problem = _answer_problem(p_hate, prediction)
+            except KeyError as error:
+                problem = f"no {error} column"
+            if problem:
+                raise ValueError(f"{path}, row {row_number}: {problem}; answers.csv is what `python zeroshot.py` writes: run it again")
+            answers = by_prompt.setdefault(prompt, Answers())
+            answers.probability[meme] = float(p_hate)
+            answers.decision[meme] = None if prediction == "" else int(prediction)
     return by_prompt
+
+
+def _answer_problem(p_hate: str | None, prediction: str | None) -> str | None:
+    """What is wrong with one answer row's numbers (None when nothing)."""
+    if prediction not in ("", "0", "1"):
+        return f"prediction {prediction!r} is not 0, 1 or empty (an unreadable answer)"
+    try:
+        probability = float(p_hate)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return f"p_hate {p_hate!r} is not a number"
+    return None if 0.0 <= probability <= 1.0 else f"p_hate {p_hate!r} is not a probability in [0, 1]"
 
 
 def transfer_report(experiments: FoldResults, root: Path, out: Path) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ from datamodules.shards import read_samples
 from evaluation.zeroshot_stats import accuracy_table, auroc_table, markdown, summarise
 from models.sharding import is_zero3
 from models.vlm.families import model_type
+from training.chat_answers import answer_lengths
 from training.console import configure_console
 from training.scoring import predict_in_order, scoring_trainer
 
@@ -64,16 +65,8 @@ class GreedyAnswers(L.LightningModule):
             "index": batch["index"],
             "p_hate": torch.softmax(options, dim=1)[:, 0],
             "generation": texts,
-            "tokens": self._lengths(generated),
+            "tokens": answer_lengths(generated, self.model.backbone._base().generation_config.eos_token_id),
         }
-
-    def _lengths(self, generated: torch.Tensor) -> torch.Tensor:
-        """Tokens each answer took, its end token included (= max_new_tokens: the answer may have been cut off)."""
-        eos = self.model.backbone._base().generation_config.eos_token_id
-        ends = [] if eos is None else eos if isinstance(eos, list) else [eos]
-        ended = torch.isin(generated, torch.tensor(ends, dtype=generated.dtype, device=generated.device))
-        first_end = torch.where(ended.any(1), ended.int().argmax(1) + 1, generated.shape[1])
-        return first_end
 
 
 def answer_all(

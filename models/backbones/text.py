@@ -22,7 +22,7 @@ class HFTextEncoder(nn.Module):
         super().__init__()
         if pooling not in ("cls", "mean"):
             raise ValueError(f"text pooling must be 'cls' or 'mean', got {pooling!r}")
-        self.model = AutoModel.from_pretrained(name_or_path)
+        self.model = AutoModel.from_pretrained(name_or_path, trust_remote_code=False)
         self.model.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
         if getattr(self.model, "pooler", None) is not None:
             self.model.pooler = None  # never used (we pool last_hidden_state); unused weights break DDP

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from datamodules.cache_files import atomic_dir, refuse_links
+
 
 @contextmanager
 def _no_progress_bars() -> Iterator[None]:
@@ -26,15 +28,16 @@ def build_once(out_dir: str | Path, write: Callable[[Path], None]) -> Path:
     """Run `write(staging)` under a lock and rename the staging dir to `out_dir`, unless it is built already.
 
     The lock lets concurrent ranks and tests share one folder; the rename means a half-written folder is
-    never taken for a finished one (a folder counts as built once its `config.json` exists).
+    never taken for a finished one (a folder counts as built once its `config.json` exists). `staging` does not
+    exist yet: `write` creates it (`save_pretrained` does).
     """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    refuse_links(out_dir, "tiny model folder")
     with FileLock(str(out_dir) + ".lock"):
         if (out_dir / "config.json").is_file():
             return out_dir
-        staging = out_dir.with_name(out_dir.name + ".partial")
-        with _no_progress_bars():  # Transformers draws a "Writing model shards" bar for each tiny file it saves
+        # a fresh private staging folder (datamodules/cache_files.py): a link planted beside out_dir is never written through
+        with atomic_dir(out_dir, "tiny model folder") as staging, _no_progress_bars():  # Transformers draws a bar per tiny file
             write(staging)
-        staging.rename(out_dir)
     return out_dir

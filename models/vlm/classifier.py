@@ -120,6 +120,7 @@ class VLMClassifier(nn.Module):
             dtype=resolve_dtype(dtype),
             attn_implementation=resolve_attn_implementation(attn_implementation),
             quantization_config=quantization_config(quantization),
+            trust_remote_code=False,
         )
         # from_pretrained returns eval mode and Lightning keeps whatever mode it finds: left so, Transformers'
         # activation checkpointing (active only while `training`) silently never ran during fit.

@@ -146,9 +146,17 @@ def model_type(name_or_path: str) -> str:
 
         config_file = Path(cached_file(name_or_path, "config.json"))
     try:
-        return str(json.loads(config_file.read_text())["model_type"])
-    except (ValueError, KeyError) as error:
-        raise ValueError(f"{config_file}: no readable model_type ({error})") from error
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as error:  # not UTF-8 or not JSON
+        raise ValueError(f"{config_file}: not readable JSON ({error}); a Transformers checkpoint's config.json is a JSON object") from None
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(kind, str) or not kind:
+        found = f"a JSON {type(config).__name__}" if not isinstance(config, dict) else f"model_type {kind!r}"
+        raise ValueError(
+            f"{config_file}: {found}, where a Transformers checkpoint's config.json is an object with a model_type string; "
+            "point model.name_or_path at a checkpoint folder"
+        )
+    return kind
 
 
 def family_for(name_or_path: str, family: str | Mapping[str, Any] | None = None) -> VLMFamily:

@@ -14,6 +14,7 @@ verbalizer read the last real token either way) and carry each item's answer-opt
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,7 +30,15 @@ def load_processor(
     source: str, family: VLMFamily, padding_side: str = "left", min_pixels: int | None = None, max_pixels: int | None = None
 ) -> Any:
     """A family's own processor, padding on `padding_side`, its resizing bounded by min/max pixels (dynamic-resolution families only)."""
-    processor = AutoProcessor.from_pretrained(source)
+    try:
+        processor = AutoProcessor.from_pretrained(source, trust_remote_code=False)
+    except ValueError as error:
+        if "custom code" not in str(error):
+            raise
+        raise ValueError(
+            f"{source}: the model folder asks to run its own Python (an `auto_map` in its configs); crossmod loads models with "
+            "trust_remote_code=False and never runs a folder's code: use a checkpoint of a model type Transformers supports"
+        ) from None
     processor.tokenizer.padding_side = padding_side
     if min_pixels is not None or max_pixels is not None:
         if not family.pixel_bounds:
@@ -42,6 +51,30 @@ def load_processor(
         size.update({k: v for k, v in (("shortest_edge", min_pixels), ("longest_edge", max_pixels)) if v is not None})
         image_processor.size = size
     return processor
+
+
+def template_file(source: str) -> str:
+    """The file a folder's chat template comes from (the folder itself when none holds one, e.g. a hub id)."""
+    folder = Path(source)
+    for name in ("chat_template.jinja", "chat_template.json", "processor_config.json", "tokenizer_config.json"):
+        path = folder / name
+        if path.is_file() and (name.startswith("chat_template") or '"chat_template"' in path.read_text(encoding="utf-8", errors="replace")):
+            return str(path)
+    return str(source)
+
+
+def render_chat(processor: Any, source: str, messages: list[dict[str, Any]]) -> str:
+    """The chat as the model's template writes it; a template that fails or that the sandbox refuses (Transformers
+    renders templates in jinja's sandbox) is a ValueError naming its file."""
+    from jinja2 import TemplateError
+
+    try:
+        return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except TemplateError as error:
+        raise ValueError(
+            f"{template_file(source)}: the chat template cannot be rendered ({type(error).__name__}: {error}); "
+            "use the checkpoint's own template (e.g. the chat_template.jinja of the model it was made from)"
+        ) from None
 
 
 def meme_image(sample: dict[str, Any], image_size: int | None = 512) -> Image.Image:
@@ -77,6 +110,7 @@ class VLMPreprocessor:
         self.image_size = image_size
         self._option_ids: dict[str, tuple[int, int]] = {}
         self._template_checked = False
+        self._chat({"text": "", "lang": "en"})  # a template the sandbox refuses stops here, in the main process, named
 
     @property
     def needs(self) -> frozenset[str]:
@@ -104,7 +138,7 @@ class VLMPreprocessor:
 
     def _chat(self, sample: dict[str, Any]) -> str:
         messages = self.prompt.message(sample["text"], sample.get("lang") or "en")
-        return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return render_chat(self.processor, self.source, messages)
 
     def length(self, sample: dict[str, Any]) -> int:
         """Tokens of the meme's rendered chat, the image's placeholder counted once (`data.group_by_length`

@@ -42,9 +42,11 @@ def test_a_failed_build_leaves_no_folder_that_counts_as_built(tmp_path: Path):
     assert not out.exists()
 
     def write(staging: Path) -> None:
+        staging.mkdir()  # a fresh staging folder each build: nothing of the failed one is reused
         (staging / "weights").write_text("complete")
 
-    assert (build_once(out, write) / "weights").read_text() == "complete"  # the leftover staging dir is written over
+    assert (build_once(out, write) / "weights").read_text() == "complete"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["tiny", "tiny.lock"]  # no staging folder left behind
 
 
 def test_the_wordpiece_vocabulary_follows_its_documented_order():

@@ -13,7 +13,7 @@ from datamodules.shards import fingerprint, read_samples
 from models.module import MemeClassifier
 from tests.conftest import SMALL_DATA
 from training.cv_report import report
-from training.predicting import predict
+from training.scoring import score, single_device_trainer
 
 HEADS = ("US", "DE", "MX", "IN", "CN")
 # every epoch's weights kept, so the test can score what selecting on the held-out fold would have reported
@@ -42,7 +42,7 @@ def _fold_auroc_from_predictions(run_dir) -> dict[str, float]:
 
 def _held_out_auroc_of(checkpoint, records) -> float:
     model = MemeClassifier.load_from_checkpoint(checkpoint, map_location="cpu").eval()
-    rows = predict(model, records, batch_size=64, threshold=0.5)
+    rows = score(single_device_trainer(), model, records, batch_size=64, threshold=0.5)
     probs = {h: {r["id"]: row[f"{h}_probability"] for r, row in zip(records, rows)} for h in HEADS}
     labels = {h: {r["id"]: r["labels"][h] for r in records} for h in HEADS}
     return _aurocs(probs, labels)["mean"]

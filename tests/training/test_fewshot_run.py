@@ -133,6 +133,15 @@ def test_entry_point_writes_the_side_by_side_report_and_reuses_the_embedding_cac
     assert f"image embeddings of 20 memes: read from {cache}" in second.stdout
     assert cache.stat().st_mtime_ns == stamp
 
+    # two processes (gloo): every chat answered once by one rank, gathered in order: the same answers, printed once
+    both = fewshot("two_processes", "selection=image", "shots=2", "stage=1", "trainer=ddp_cpu")
+    assert "MEMBER: 2/2" in both.stdout + both.stderr and both.stdout.count("image embeddings of 20 memes") == 1
+    answers = {
+        run: list(csv.DictReader(open(logs / "toxictags_fewshot" / "runs" / run / "fewshot" / "answers.csv")))
+        for run in ("two", "two_processes")
+    }
+    assert answers["two_processes"] == answers["two"] and answers["two"]
+
 
 class CopyFirstExemplar:
     """Stands in for the VLM: answers with the first (most similar) exemplar's answer and records what it was asked."""

@@ -308,3 +308,32 @@ def test_the_converter_refuses_malformed_prompting_fields_naming_the_line(tmp_pa
         (4, "'explanation_formatted' must be a string, got ['not', 'text']"),
     ]
     assert str(errors[0]).startswith(f"{raw / 'memebridge.jsonl'}, line 2: ")
+
+
+def test_two_processes_answer_exactly_what_one_does(runs, data_dir, tiny_qwen, raw, tmp_path):
+    """`trainer=ddp_cpu` (2 processes, gloo): every question answered once by one rank, the answers gathered in
+    order: the same answers.csv and scores as the single-process run of the condition; progress printed once."""
+    command = [
+        sys.executable,
+        "-m",
+        "training.memebridge",
+        "experiment=memebridge_prompting",
+        "condition=def",
+        f"paths.data_dir={data_dir}",
+        f"paths.log_dir={tmp_path}",
+        f"data.raw_dir={raw}",
+        f"model.name_or_path={tiny_qwen}",
+        "model.preprocessor.image_size=56",
+        f"memebridge.embedding_model={MINILM}",
+        "memebridge.max_new_tokens={mcq: 3, sentiment: 3, emotion: 4, explanation: 8}",
+        "memebridge.batch_size=3",
+        "trainer=ddp_cpu",
+    ]
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1", "CROSSMOD_RUN_ID": "ddp", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    assert "MEMBER: 2/2" in result.stdout + result.stderr and result.stdout.count("[memebridge] mcq:") == 1
+    two = tmp_path / "memebridge_prompting" / "runs" / "ddp" / "memebridge"
+    assert read_answers(two) == read_answers(runs["def"])
+    one_summary, two_summary = (json.loads((run / "summary.json").read_text()) for run in (runs["def"], two))
+    assert two_summary["tasks"] == one_summary["tasks"] and two_summary["ps"] == one_summary["ps"]

@@ -213,15 +213,15 @@ def test_transfer_run_scores_mhc_with_the_best_checkpoint_of_the_training_data(t
 
     # The stored probabilities are the best checkpoint's MX head on the MHC cases (not the final weights').
     from models.module import MemeClassifier
-    from training.predicting import predict
+    from training.scoring import score, single_device_trainer
 
     records = read_samples(transfer["eval_dataset_dir"])
     best = MemeClassifier.load_from_checkpoint(transfer["weights"], map_location="cpu")
-    again = predict(best, records, 16, 0.5)
+    again = score(single_device_trainer(), best, records, 16, 0.5)
     assert [r["MX_probability"] for r in again] == pytest.approx([prob[r["id"]] for r in records], abs=1e-6)
     last = MemeClassifier.load_from_checkpoint(run / "checkpoints" / "last.ckpt", map_location="cpu")
     if not all(torch.equal(a, b) for a, b in zip(best.state_dict().values(), last.state_dict().values())):
-        final = predict(last, records, 16, 0.5)
+        final = score(single_device_trainer(), last, records, 16, 0.5)
         assert [r["MX_probability"] for r in final] != pytest.approx([prob[r["id"]] for r in records], abs=1e-6)
 
     # The files MHC reports always write, the protocol stated, the per-language table on the console.

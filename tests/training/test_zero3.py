@@ -166,3 +166,32 @@ def test_resume_from_a_sharded_checkpoint_is_exact(zero3_run, data_dir, tiny_qwe
     resumed = train_run.log_dir / "synthetic_vlm" / "runs" / "resumed"
     # the resumed epoch (optimizer, scheduler, data position restored) matches the uninterrupted run's
     assert _val_history(resumed)[1] == pytest.approx(_val_history(zero3_run)[1], abs=1e-6)
+
+
+def test_evaluate_under_zero3_scores_what_one_process_does(zero3_run, data_dir, tmp_path):
+    """`evaluate.py ckpt=<ZeRO-3 run> strategy=deepspeed_zero3` on two CPU ranks: the head model is rebuilt in
+    partitions, the sharded checkpoint's weights go in, every held-out meme is scored once (the ranks padded to equal
+    counts, every forward a collective) and the rows equal one process's."""
+    common = (f"ckpt={zero3_run}", f"paths.data_dir={data_dir}", *SMALL_DATA, "batch_size=1")
+    evaluations = {}
+    for name, extra in (("one", ()), ("zero3", ("trainer=ddp_cpu", "strategy=deepspeed_zero3"))):
+        extra += ("trainer.strategy.config.zero_optimization.stage3_param_persistence_threshold=0",) if extra else ()
+        evaluations[name] = subprocess.run(
+            [sys.executable, str(ROOT / "evaluate.py"), *common, *extra, f"out={tmp_path / name}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=scaled(600),
+        )
+        assert evaluations[name].returncode == 0, evaluations[name].stderr[-4000:]
+    log = evaluations["zero3"].stdout + evaluations["zero3"].stderr
+    assert "MEMBER: 2/2" in log and "built in ZeRO-3 partitions across 2 ranks" in log
+    one, zero3 = (list(csv.DictReader(open(tmp_path / name / "predictions" / "full.csv"))) for name in ("one", "zero3"))
+    assert [r["id"] for r in one] == [r["id"] for r in zero3]
+    assert len(one) % 2 == 1  # one meme per forward: unpadded, the ranks would run different numbers of forwards
+    for a, b in zip(one, zero3):
+        for key in a:
+            if key.endswith("_probability"):
+                assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-5), (a["id"], key)
+            else:
+                assert a[key] == b[key], (a["id"], key)

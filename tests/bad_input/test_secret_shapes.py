@@ -1,0 +1,52 @@
+"""Secrets in the override shapes the first pass missed: a secret key inside a structured value
+(`'+creds={api_key: …}'`), keys named `wandb_key` or `pwd`, and credentials inside a URL
+(`https://user:secret@host`). A sweep is launched with all of them; no file Hydra or crossmod writes
+under the sweep folder (multirun.yaml, each job's `.hydra/` and crossmod's own files) holds a secret."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.bad_input.test_secrets import files_holding_secrets
+from training.redaction import is_secret_key, redact, redact_override
+
+SHAPES = {
+    "+creds={api_key: nested-5ecret-8e1f02, user: alice}": "nested-5ecret-8e1f02",
+    "+wandb_key=wkey-5ecret-31c9d7": "wkey-5ecret-31c9d7",
+    "+pwd=pwd-5ecret-a0b4e6": "pwd-5ecret-a0b4e6",
+    "+mirror=https://alice:url-5ecret-77d2c1@data.example.org/ds": "url-5ecret-77d2c1",
+}
+
+
+def test_a_sweep_with_secrets_in_every_shape_leaves_none_in_any_file(train_run):
+    train_run("-m", "debug=fdr", "data.source.num_groups=40", "data.samples_per_shard=64", *SHAPES, env={"CROSSMOD_RUN_ID": "shapes"})
+    sweep = train_run.log_dir / "synthetic_concat" / "multiruns" / "shapes"
+    (job,) = [p for p in sweep.iterdir() if p.is_dir()]
+    for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+        assert (job / ".hydra" / name).is_file()
+    assert (sweep / "multirun.yaml").is_file()
+    assert files_holding_secrets(sweep, list(SHAPES.values())) == {}
+    overrides = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+    assert (
+        "+creds={api_key:***,user:alice}" in overrides
+    )  # a sweep job gets Hydra's spelling and "+mirror=https://***@data.example.org/ds" in overrides
+    saved = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+    assert saved["creds"] == {"api_key": "***", "user": "alice"} and saved["mirror"] == "https://***@data.example.org/ds"
+
+
+@pytest.mark.parametrize("key", ["wandb_key", "openai_key", "pwd", "db_pwd", "HF_KEY", "key"])
+def test_more_key_spellings_are_secret(key):
+    assert is_secret_key(key) and redact({key: "s"}) == {key: "***"}
+
+
+@pytest.mark.parametrize("key", ["exclude_keys", "sort_key", "group_key", "data_key", "monkey", "keyboard"])
+def test_ordinary_key_words_stay(key):
+    assert not is_secret_key(key)
+
+
+def test_urls_lose_their_credentials_wherever_they_are():
+    assert redact({"a": ["s3://id:pw@bucket/x"]}) == {"a": ["s3://***@bucket/x"]}
+    assert redact_override("data.url=https://tok@host/x?token=abc&n=1") == "data.url=https://***@host/x?token=***&n=1"
+    assert redact_override("x=[1,{password: p}]") == "x=[1,{password: ***}]"
+    assert redact_override("data.url=https://host/x") == "data.url=https://host/x"
