@@ -132,6 +132,9 @@ class _SplitWriter:
             self._writer = None
 
 
+PROGRESS_SECONDS = 30.0  # conversion progress: a line per `progress_every` samples, and at least this often
+
+
 def write_shards(
     records: Iterable[Sample | Skipped],
     out_dir: str | Path,
@@ -160,7 +163,7 @@ def write_shards(
     skipped: list[dict[str, str]] = []
     seen_ids: set[str] = set()
     written = 0
-    start = time.time()
+    start = last_line = time.time()
     try:
         for record in records:
             if isinstance(record, Skipped):
@@ -180,8 +183,13 @@ def write_shards(
             counts["lang"][record.lang] += 1
             for head in heads:
                 counts["label"][head][json.dumps(record.labels.get(head))] += 1
-            if progress_every and written % progress_every == 0:
-                print(f"[{dataset}] {written} samples written, {len(skipped)} skipped ({time.time() - start:.0f}s)", flush=True)
+            now = time.time()
+            if progress_every and (written % progress_every == 0 or now - last_line >= PROGRESS_SECONDS):
+                last_line = now  # a plain line at least every PROGRESS_SECONDS: readable in a SLURM output file
+                rate = written / max(now - start, 1e-9)
+                print(
+                    f"[{dataset}] {written} samples written, {len(skipped)} skipped ({now - start:.0f}s, {rate:.1f} samples/s)", flush=True
+                )
     except BaseException:
         for writer in writers.values():
             writer.close()

@@ -103,3 +103,15 @@ def test_checksums_catch_a_rewritten_shard(tmp_path):
     shard.write_bytes(shard.read_bytes()[:-512])
     with pytest.raises(ValueError, match="does not match its manifest checksum"):
         verify_shards(directory)
+
+
+def test_a_long_conversion_prints_a_plain_progress_line_with_its_rate(tmp_path, capsys, monkeypatch):
+    """Between the every-N-samples lines, a line at least every PROGRESS_SECONDS (here: every sample) with the rate,
+    as plain text (a SLURM output file has no terminal for a bar)."""
+    import datamodules.shards as shards
+
+    monkeypatch.setattr(shards, "PROGRESS_SECONDS", 0.0)
+    write_shards([_sample(k) for k in range(3)], tmp_path / "d", dataset="d", heads=HEADS, params={}, progress_every=1000)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[d]")]
+    assert len(lines) == 3 and all("samples/s)" in line for line in lines)
+    assert lines[-1].startswith("[d] 3 samples written, 0 skipped")
