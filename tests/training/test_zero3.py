@@ -168,11 +168,27 @@ def test_resume_from_a_sharded_checkpoint_is_exact(zero3_run, data_dir, tiny_qwe
     assert _val_history(resumed)[1] == pytest.approx(_val_history(zero3_run)[1], abs=1e-6)
 
 
-def test_evaluate_under_zero3_scores_what_one_process_does(zero3_run, data_dir, tmp_path):
-    """`evaluate.py ckpt=<ZeRO-3 run> strategy=deepspeed_zero3` on two CPU ranks: the head model is rebuilt in
-    partitions, the sharded checkpoint's weights go in, every held-out meme is scored once (the ranks padded to equal
-    counts, every forward a collective) and the rows equal one process's."""
-    common = (f"ckpt={zero3_run}", f"paths.data_dir={data_dir}", *SMALL_DATA, "batch_size=1")
+@pytest.fixture(scope="module")
+def verbalizer_run(tmp_path_factory, data_dir, tiny_qwen) -> Path:
+    """A verbalizer-mode run trained on one process: its best checkpoint is a Lightning .ckpt file."""
+    from tests.conftest import TrainRun
+
+    train_run = TrainRun(data_dir, tmp_path_factory.mktemp("verbalizer") / "runs")
+    plain = [o for o in ZERO3 if o not in ("strategy=deepspeed_zero3", "trainer=ddp_cpu")]
+    train_run(
+        *plain, f"model.name_or_path={tiny_qwen}", "model.fusion.mode=verbalizer", "trainer.max_epochs=1", env={"CROSSMOD_RUN_ID": "v"}
+    )
+    return train_run.log_dir / "synthetic_vlm" / "runs" / "v"
+
+
+@pytest.mark.parametrize("mode", ["head", "verbalizer"])
+def test_evaluate_under_zero3_scores_what_one_process_does(mode, request, data_dir, tmp_path):
+    """`evaluate.py ckpt=<run> strategy=deepspeed_zero3` on two CPU ranks, for a head run trained under ZeRO-3 (sharded
+    checkpoint directory) and a verbalizer run trained on one process (.ckpt file): the model is rebuilt in partitions,
+    the checkpoint's weights go in, every held-out meme is scored once (the ranks padded to equal counts, every forward a
+    collective) and the rows equal one process's."""
+    run = request.getfixturevalue("zero3_run" if mode == "head" else "verbalizer_run")
+    common = (f"ckpt={run}", f"paths.data_dir={data_dir}", *SMALL_DATA, "batch_size=1")
     evaluations = {}
     for name, extra in (("one", ()), ("zero3", ("trainer=ddp_cpu", "strategy=deepspeed_zero3"))):
         extra += ("trainer.strategy.config.zero_optimization.stage3_param_persistence_threshold=0",) if extra else ()
@@ -186,7 +202,7 @@ def test_evaluate_under_zero3_scores_what_one_process_does(zero3_run, data_dir, 
         assert evaluations[name].returncode == 0, evaluations[name].stderr[-4000:]
     log = evaluations["zero3"].stdout + evaluations["zero3"].stderr
     assert "MEMBER: 2/2" in log and "built in ZeRO-3 partitions across 2 ranks" in log
-    one, zero3 = (list(csv.DictReader(open(tmp_path / name / "predictions" / "full.csv"))) for name in ("one", "zero3"))
+    one, zero3 = (list(csv.DictReader(open(tmp_path / name / "predictions" / f"{run.name}.csv"))) for name in ("one", "zero3"))
     assert [r["id"] for r in one] == [r["id"] for r in zero3]
     assert len(one) % 2 == 1  # one meme per forward: unpadded, the ranks would run different numbers of forwards
     for a, b in zip(one, zero3):
