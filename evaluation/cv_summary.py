@@ -70,6 +70,20 @@ def check_folds(runs: list[tuple[FoldResult, Where]]) -> tuple[dict[int, tuple[F
     return kept, problems
 
 
+def check_scored(results: Mapping[int, FoldResult]) -> list[str]:
+    """A fold whose held-out labels name memes its predictions never reached (a run with debug=limit or
+    limit_test_batches): its scores are not its whole held-out fold's, and the report says so."""
+    problems = []
+    for fold, result in sorted(results.items()):
+        unscored = sorted(set(result.get("held_out_labels", {})) - set(result["oof_predictions"]["id"]))
+        if unscored:
+            problems.append(
+                f"fold {fold}: {len(unscored)} held-out memes were never scored (e.g. {unscored[:3]}; test batches limited, "
+                "as by debug=limit?): its scores cover part of the fold"
+            )
+    return problems
+
+
 def binary_oof(result: FoldResult) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
     """Out-of-fold scores of binary heads (scalar probabilities): head → id → p, and every binary
     dataset head's labels of the held-out memes (culture → id → label), not only the model's heads."""

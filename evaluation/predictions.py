@@ -42,10 +42,11 @@ def binary_scores(columns: dict[str, list[Any]]) -> tuple[dict[str, dict[str, fl
 
 
 def labelled_pairs(probs: dict[str, dict[str, float]], labels: dict[str, dict[str, int]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per head with labels: (labels, probabilities) over its labelled ids in id order, as ROC curves take them."""
+    """Per head with labels: (labels, probabilities) over its labelled ids that were scored, in id order, as ROC
+    curves take them (labels of memes never scored, as in a run with limited test batches, are left out)."""
     pairs = {}
     for head in probs:
-        ids = sorted(labels.get(head, {}))
+        ids = sorted(set(labels.get(head, {})) & set(probs[head]))
         if ids:
             pairs[head] = (np.array([labels[head][i] for i in ids]), np.array([probs[head][i] for i in ids]))
     return pairs

@@ -12,6 +12,9 @@ run someone shares is data, never code.
 from __future__ import annotations
 
 import json
+import math
+import os
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,16 +22,92 @@ from typing import Any
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from datamodules.paths import OutsideRoot, ensure_within
 from models.module import MemeClassifier
 from models.trusted_targets import MODEL_ROOT, check_trusted
 from training.bases import BaseModelError, absolute_paths, override_keys, portable_bases, resolve_bases
 from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
 from training.redaction import redact
+from training.user_errors import UserError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 LABEL_MAP = {"0": "non-hate", "1": "hate"}
+FORMATS = ("peft-lora", "classifier")
+EXPORT_FILES = (
+    "culture_card.json",
+    "model_config.json",
+    "model.safetensors",
+    "head.safetensors",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+)
+CARD_FIELDS: dict[str, type] = {"culture": str, "heads": dict, "format": str}
+MAX_HEADER = 100_000_000  # safetensors' own bound on a header; a larger claim is a "header bomb"
+REEXPORT = "re-export the run with export.py, and copy the folder whole (its files, not links to them)"
+
+
+class ExportError(UserError, ValueError):
+    """An exported culture folder (or a weights file) crossmod will not load: names the file, the field and the fix."""
+
+
+def check_inside(folder: Path) -> None:
+    """The files an export is loaded from resolve inside it: a symlink out would read, print or load a file elsewhere
+    (shipped bases are checked by training/bases.py as they are resolved)."""
+    for name in EXPORT_FILES:
+        try:
+            ensure_within(folder, folder / name, "file", name)
+        except OutsideRoot as error:
+            raise ExportError(f"{folder}: {error}", REEXPORT) from None
+
+
+def read_object(path: Path, fix: str = REEXPORT) -> dict[str, Any]:
+    """A JSON file that must hold an object, or an error naming the file (never its content)."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ExportError(f"{path} is missing", fix) from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise ExportError(f"{path}: not JSON ({type(error).__name__} at {getattr(error, 'pos', '?')})", fix) from None
+    if not isinstance(content, dict):
+        raise ExportError(f"{path}: holds a JSON {type(content).__name__}, not an object", fix)
+    return content
+
+
+def read_card(path: Path) -> dict[str, Any]:
+    """`culture_card.json` with the fields loading needs, each of its type."""
+    card = read_object(path)
+    for field, kind in CARD_FIELDS.items():
+        if not isinstance(card.get(field), kind) or not card[field]:
+            found = "missing" if field not in card else f"{card[field]!r}"[:80]
+            raise ExportError(f"{path}: {field} is {found}, not a non-empty {'object' if kind is dict else 'string'}", REEXPORT)
+    if card["format"] not in FORMATS:
+        raise ExportError(f"{path}: format is {card['format']!r}"[:200] + f", not one of {list(FORMATS)}", REEXPORT)
+    bad = [name for name, head in card["heads"].items() if not isinstance(head, dict)]
+    if bad:
+        raise ExportError(f"{path}: heads.{bad[0]} is not an object (e.g. {{kind: binary}})", REEXPORT)
+    return card
+
+
+def check_safetensors(path: Path, fix: str = REEXPORT) -> Path:
+    """A safetensors file whose header fits in the file and under safetensors' bound (a header bomb claims more)."""
+    with open(path, "rb") as handle:
+        prefix, size = handle.read(8), os.fstat(handle.fileno()).st_size
+    length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
+    if length is None or length > min(MAX_HEADER, size - 8):
+        claim = "no header length" if length is None else f"a header of {length:,} bytes"
+        raise ExportError(f"{path}: claims {claim} in a file of {size:,} bytes (up to {MAX_HEADER:,}): not a safetensors file", fix)
+    return path
+
+
+def load_weights(path: Path, fix: str = REEXPORT) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors, with its name in any error (safetensors' own errors name no file)."""
+    try:
+        return load_file(str(check_safetensors(path, fix)))
+    except SafetensorError as error:
+        raise ExportError(f"{path}: not a readable safetensors file ({error})", fix) from None
 
 
 def refuse_pickles(folder: Path) -> None:
@@ -60,7 +139,8 @@ def run_model(run_dir: Path, checkpoint: str = "best", sharded: bool = False) ->
     if is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
         check_trusted(config.get("model"), run_dir / "config.yaml", root=MODEL_ROOT)
         model = instantiate(config["model"], _recursive_=False)
-        state = zero_state_dict(path) if path.is_dir() else load_file(str(path))
+        fix = f"consolidate the checkpoint again (python -m training.consolidate <checkpoint dir> {path})"
+        state = zero_state_dict(path) if path.is_dir() else load_weights(path, fix)
         _restore_when_built(model, state, sharded)
     elif path.is_file() and sharded:
         model, state = MemeClassifier.unbuilt_from_checkpoint(path)
@@ -198,13 +278,13 @@ def _readme(card: dict[str, Any]) -> str:
     metric_names = sorted(card["metrics"].get("val") or {})
     lines.append("|---|" + "---|" * len(metric_names))
     for stage, values in card["metrics"].items():
-        if values:
-            lines.append(f"| {stage} | " + " | ".join(f"{values.get(m, float('nan')):.4f}" for m in metric_names) + " |")
+        if isinstance(values, dict) and values:
+            lines.append(f"| {stage} | " + " | ".join(_shown(values.get(m)) for m in metric_names) + " |")
     if card["metrics_per_fold"]:
         lines += [
             "",
             "Per fold (held-out fold, test): "
-            + ", ".join(f"fold {k}: AUROC {v.get('auroc', float('nan')):.4f}" for k, v in card["metrics_per_fold"].items()),
+            + ", ".join(f"fold {k}: AUROC {_shown((v or {}).get('auroc'))}" for k, v in card["metrics_per_fold"].items()),
         ]
     if card["format"] == "peft-lora":
         lines += [
@@ -220,6 +300,13 @@ def _readme(card: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shown(value: Any) -> str:
+    """A metric as the README shows it: four decimals, or `undefined` (None or NaN: AUROC of a one-class split)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return "undefined"
+    return f"{value:.4f}"
+
+
 def _readme_base(base: str | None) -> str:
     """The base as a reader of the README loads it: a shipped one inside this folder."""
     return f"<this folder>/{base[2:]}" if base and base.startswith("./") else str(base)
@@ -233,15 +320,18 @@ def load_culture(folder: str | Path, bases: Mapping[str, str | None] | None = No
     (`{"name_or_path": <local copy>}`), for a base the folder names but this machine holds elsewhere.
     """
     folder = Path(folder)
+    check_inside(folder)
     refuse_pickles(folder)
-    card = json.loads((folder / "culture_card.json").read_text())
-    model_cfg = json.loads((folder / "model_config.json").read_text())
+    card = read_card(folder / "culture_card.json")
+    model_cfg = read_object(folder / "model_config.json")
     check_trusted(card.get("heads"), folder / "culture_card.json")
     check_trusted(model_cfg, folder / "model_config.json", root=MODEL_ROOT)
     keys = override_keys(model_cfg)
     resolve_bases(model_cfg, folder, bases)
     model_cfg["heads"] = card["heads"]
     lora = card["format"] == "peft-lora"
+    if not isinstance(model_cfg.get("fusion", {}), dict):
+        raise ExportError(f"{folder / 'model_config.json'}: fusion is not an object", REEXPORT)
     if lora:
         model_cfg["fusion"] = {**model_cfg["fusion"], "lora": None, "heads": card["heads"]}
     elif "heads" in model_cfg.get("fusion", {}):
@@ -258,11 +348,12 @@ def load_culture(folder: str | Path, bases: Mapping[str, str | None] | None = No
             f"{folder}: cannot load its base model ({cause}). Give this machine's copy: python predict.py adapters={folder} {fixes}"
         ) from error
     if lora:
+        check_safetensors(folder / "adapter_model.safetensors")
         model.backbone.load_adapter(folder)
     else:
-        missing, unexpected = model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+        missing, unexpected = model.load_state_dict(load_weights(folder / "model.safetensors"), strict=False)
         if unexpected or any(k.startswith("backbone.") for k in missing):
             raise ValueError(f"{folder}/model.safetensors does not fit this family: missing {missing[:5]}, unexpected {unexpected[:5]}")
     if model.head_layers is not None:
-        model.head_layers.linear.load_state_dict(load_file(str(folder / "head.safetensors")))
+        model.head_layers.linear.load_state_dict(load_weights(folder / "head.safetensors"))
     return model.eval(), card

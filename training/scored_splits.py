@@ -2,8 +2,10 @@
 
 `split=auto` (the default) scores a fold run on exactly its held-out fold: the memes of the evaluated
 dataset whose group the run's own fold assignment (the `manifest.json` copy in its run folder) puts in
-its fold; every other run on the dataset's test split. An explicit split scores that split for every
-run, with a loud warning where a run trained on (or chose its weights on) the memes it is scored on.
+its fold; every other run on the dataset's test split. A run folder is shared data, so that copy must
+match the fold assignment the dataset itself stores (an altered copy would score memes the run trained
+on). An explicit split scores that split for every run, with a loud warning where a run trained on (or
+chose its weights on) the memes it is scored on.
 """
 
 from __future__ import annotations
@@ -78,8 +80,14 @@ def run_facts(ckpt: Path) -> list[RunFacts]:
         return [RunFacts(ckpt.stem, source=str(ckpt))]
     card_path = ckpt / "culture_card.json"
     if card_path.is_file():
-        card = json.loads(card_path.read_text())
-        config = card.get("training_config") or {}
+        try:
+            card = json.loads(card_path.read_text())
+        except ValueError:
+            raise SplitError(f"{card_path}: not JSON", "re-export the run with export.py") from None
+        config = card.get("training_config") if isinstance(card, dict) else None
+        if not isinstance(config or {}, dict):
+            raise SplitError(f"{card_path}: training_config is not an object", "re-export the run with export.py")
+        config = config or {}
         return [RunFacts(ckpt.name, fold=config.get("fold"), num_folds=config.get("num_folds"), config=config, source=str(card_path))]
     if (ckpt / "metrics.json").is_file():
         return [_facts_of_run(ckpt.name, ckpt)]
@@ -189,11 +197,34 @@ def _held_out(run: RunFacts, reader: SplitReader) -> ScoredSplit:
         differences = [f"{len(unknown)} groups the run's fold assignment lacks, e.g. {unknown[:3]}"] if unknown else []
         differences += [f"{len(unseen)} of the run's groups missing, e.g. {unseen[:3]}"] if unseen else []
         raise SplitError(f"{other_dataset}, with other groups ({'; '.join(differences)}): give split= explicitly to score these memes")
+    _check_copy(run, entry, reader)
     held = [r for _, r in records if assignment[r["group"]] == run.fold]
     expected = entry["samples_per_fold"][run.fold]
     if len(held) != expected:
         raise SplitError(f"{other_dataset}: its fold {run.fold} has {len(held)} memes, the run's had {expected}; give split= explicitly")
     return ScoredSplit(held, f"held-out fold {run.fold} of {run.num_folds}", "auto", run.selection)
+
+
+def _check_copy(run: RunFacts, entry: dict[str, Any], reader: SplitReader) -> None:
+    """The run folder's fold entry is the dataset's own: same splits, fold sizes and group → fold, group for group."""
+    stored_in = f"{reader.dataset_dir}/manifest.json"
+    key = f"num_folds={run.num_folds}, seed={entry['seed']} over {entry['splits']}"
+    fix = "evaluate the run's original folder, or give split= explicitly (evaluate.py then counts the scored memes the run trained on)"
+    stored = find_folds(reader.manifest, run.num_folds, entry["seed"], entry["splits"])
+    if stored is None:
+        raise SplitError(
+            f"{entry['manifest_path']}: fold run {run.name}'s fold assignment ({key}) is not among those the dataset stores in "
+            f"{stored_in}: its held-out fold cannot be checked",
+            fix,
+        )
+    moved = sorted(g for g, k in entry["assignment"].items() if stored["assignment"].get(g) != k)
+    if moved or stored["samples_per_fold"] != entry["samples_per_fold"] or len(stored["assignment"]) != len(entry["assignment"]):
+        raise SplitError(
+            f"{entry['manifest_path']}: fold run {run.name}'s fold assignment ({key}) differs from the dataset's own in "
+            f"{stored_in}: {len(moved)} groups in other folds (e.g. {moved[:3]}), fold sizes {entry['samples_per_fold']} "
+            f"vs {stored['samples_per_fold']}; its held-out fold would hold memes it trained on",
+            fix,
+        )
 
 
 def _test_split(run: RunFacts, reader: SplitReader, test_splits: list[str]) -> ScoredSplit:

@@ -1,0 +1,199 @@
+"""Reports built from files of someone else's runs write inside their output folder only, and name what is wrong.
+
+`python -m training.cv_report <runs>` names its report folders after `fold_result.json`'s `experiment`
+field: the attacks set it to climb out (`../..`) or to an absolute path, and plant a symlink where the
+default report folder goes. Malformed fold results (not JSON, a field missing or of the wrong type,
+prediction columns of different lengths) must be one error naming the file and the field, raised before
+any output folder exists. Folds evaluated with `debug=limit` (held-out labels for memes never scored)
+are reported as a problem, not a KeyError. `export.py` on a run whose metric is undefined (null) writes
+its README with the metric shown as undefined, instead of dying after the weights are written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, scaled
+from training.cv_report import ReportInputError, report
+
+HEADS = ("US", "DE")
+
+
+def fold_result(fold: int, experiment: str = "exp", num_folds: int = 2, groups: int = 6) -> dict:
+    """A fold result as the cross-validation callback writes it: two binary heads, `groups` held-out memes."""
+    ids = [f"m/{fold}/{i}" for i in range(groups)]
+    labels = {i: {"US": n % 2, "DE": (n // 2) % 2} for n, i in enumerate(ids)}
+    columns: dict[str, list] = {"id": [], "head": [], "probability": [], "label": []}
+    for n, sample in enumerate(ids):
+        for head in HEADS:
+            columns["id"].append(sample)
+            columns["head"].append(head)
+            columns["probability"].append(round(0.1 + 0.13 * n, 3))
+            columns["label"].append(labels[sample][head])
+    scores = {"auroc": 0.75, "acc": 0.7, "f1": 0.6}
+    return {
+        "experiment": experiment,
+        "fold": fold,
+        "num_folds": num_folds,
+        "selection": {"rule": "inner", "monitor": "val/mean/auroc", "mode": "max"},
+        "selected_epoch": 0,
+        "selected_step": 3,
+        "held_out": {"US": scores, "DE": scores, "mean": scores},
+        "selection_scores": {"US": scores, "DE": scores, "mean": scores},
+        "history": [],
+        "oof_predictions": columns,
+        "held_out_labels": labels,
+    }
+
+
+def write_folds(root: Path, results: list[dict]) -> Path:
+    for n, result in enumerate(results):
+        (root / f"fold{n}").mkdir(parents=True)
+        (root / f"fold{n}" / "fold_result.json").write_text(json.dumps(result))
+    return root
+
+
+def cv_report(root: Path, out: Path | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "training.cv_report", str(root), *(["--out", str(out)] if out else [])]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("experiment", ["../../escaped", "ABSOLUTE", "..", "a/../../escaped", ""])
+def test_an_experiment_name_cannot_place_report_files_outside_the_output_folder(experiment, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    if experiment == "ABSOLUTE":
+        experiment = str(outside / "absolute")
+    runs = write_folds(tmp_path / "box" / "runs", [fold_result(k, experiment) for k in (0, 1)])
+    out = tmp_path / "box" / "report"
+    before = _files(tmp_path)
+
+    with pytest.raises(ReportInputError, match=r"fold0/fold_result.json: experiment .* is not a plain folder name"):
+        report(runs, out)
+
+    assert _files(tmp_path) == before, "report files were written"
+    assert not out.exists()
+
+
+def test_the_command_refuses_it_in_one_line(tmp_path):
+    runs = write_folds(tmp_path / "box" / "runs", [fold_result(k, "../../escaped") for k in (0, 1)])
+    result = cv_report(runs)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert f"[cv_report] error: {runs / 'fold0' / 'fold_result.json'}: experiment '../../escaped'" in result.stderr
+    assert _files(tmp_path) == ["box/runs/fold0/fold_result.json", "box/runs/fold1/fold_result.json"]
+
+
+def test_a_symlink_where_the_default_report_folder_goes_is_not_followed(tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    runs = write_folds(tmp_path / "runs", [fold_result(k) for k in (0, 1)])
+    (runs / "cv_report").symlink_to(outside)
+
+    result = cv_report(runs)
+
+    assert result.returncode != 0 and "cv_report" in result.stderr and "outside" in result.stderr, result.stderr
+    assert _files(outside) == []
+
+
+def test_a_symlinked_report_file_is_not_written_through(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    runs = write_folds(tmp_path / "runs", [fold_result(k) for k in (0, 1)])
+    (runs / "cv_report" / "exp").mkdir(parents=True)
+    (runs / "cv_report" / "exp" / "cv_summary.json").symlink_to(victim)
+
+    result = cv_report(runs)
+
+    assert victim.read_text() == "precious"
+    assert result.returncode != 0 and "cv_summary.json" in result.stderr and "outside" in result.stderr, result.stderr
+
+
+def _broken(case: str) -> tuple[str, str]:
+    """(fold_result.json content, the field the error must name)."""
+    result = fold_result(1)
+    if case == "not_json":
+        return "{'experiment': 'exp'", "not JSON"
+    if case == "a_list":
+        return json.dumps([result]), "not an object"
+    if case == "no_fold":
+        result.pop("fold")
+        return json.dumps(result), "fold"
+    if case == "fold_a_string":
+        result["fold"] = "1"
+        return json.dumps(result), "fold"
+    if case == "no_oof":
+        result.pop("oof_predictions")
+        return json.dumps(result), "oof_predictions"
+    if case == "columns_of_other_lengths":
+        result["oof_predictions"]["probability"].pop()
+        return json.dumps(result), "oof_predictions"
+    if case == "held_out_a_list":
+        result["held_out"] = [0.5]
+        return json.dumps(result), "held_out"
+    if case == "labels_a_list":
+        result["held_out_labels"] = ["m/1/0"]
+        return json.dumps(result), "held_out_labels"
+    raise AssertionError(case)
+
+
+CASES = ["not_json", "a_list", "no_fold", "fold_a_string", "no_oof", "columns_of_other_lengths", "held_out_a_list", "labels_a_list"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_malformed_fold_result_is_named_with_its_field_before_anything_is_written(case, tmp_path):
+    runs = write_folds(tmp_path / "runs", [fold_result(0), fold_result(1)])
+    content, field = _broken(case)
+    (runs / "fold1" / "fold_result.json").write_text(content)
+
+    with pytest.raises(ReportInputError) as refused:
+        report(runs)
+
+    assert str(runs / "fold1" / "fold_result.json") in str(refused.value) and field in str(refused.value), refused.value
+    assert not (runs / "cv_report").exists()
+
+
+def test_folds_evaluated_on_part_of_their_held_out_memes_are_a_problem_not_a_key_error(tmp_path):
+    """debug=limit scores a few test batches: the held-out labels name memes the predictions never reached."""
+    results = [fold_result(0), fold_result(1)]
+    for result in results:
+        result["held_out_labels"][f"m/{result['fold']}/never-scored"] = {"US": 1, "DE": 0}
+    runs = write_folds(tmp_path / "runs", results)
+
+    result = cv_report(runs)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "held-out memes were never scored" in result.stdout
+    summary = json.loads((runs / "cv_report" / "exp" / "cv_summary.json").read_text())
+    assert any("never scored" in problem for problem in summary["problems"])
+
+
+def test_export_writes_its_readme_when_a_metric_is_undefined(leaky_run, tmp_path):
+    run = Path(shutil.copytree(leaky_run, tmp_path / "run", ignore=shutil.ignore_patterns("wandb")))
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["best"]["val"]["US"]["auroc"] = None  # undefined (one class): json_safe writes NaN as null
+    metrics["best"].setdefault("test", {}).setdefault("US", {})["auroc"] = float("nan")
+    (run / "metrics.json").write_text(json.dumps(metrics))
+
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "export.py"), f"run={run}", "culture=US", f"out={tmp_path / 'export'}"],
+        cwd=ROOT,
+        env={**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=scaled(300),
+    )
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    readme = (tmp_path / "export" / "US" / "README.md").read_text()
+    assert "undefined" in readme and "| val |" in readme
