@@ -2,7 +2,8 @@
 
 A matrix `matrix[head][culture]` holds the AUROC of the head's scores against that culture's labels;
 over several runs (seeds, folds) the matrices are averaged and the best culture of each head is
-tested against the others; the markdown table marks each head's best culture.
+tested against the others (the exact one-sided Wilcoxon rank-sum test of `evaluation.rank_sum`: with a handful
+of folds the normal approximation overstates the evidence); the markdown table marks each head's best culture.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import ranksums
 
 from evaluation.metrics import culture_auroc
 from evaluation.predictions import binary_scores, read_prediction_columns
+from evaluation.rank_sum import describe, rank_sum, unreachable_note
 
 Matrix = dict[str, dict[str, float]]
 
@@ -52,24 +53,49 @@ def mean_alignment(matrices: list[Matrix]) -> Matrix:
     return mean
 
 
+def _ranked_runs(matrices: list[Matrix], head: str) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The head's finite AUROCs per culture over its runs (an undefined cell is left out, as in the mean), and
+    the cultures ranked by mean, best first (cultures with no defined cell last)."""
+    runs = _with_head(matrices, head)
+    values = {}
+    for culture in runs[0][head]:
+        column = np.array([m[head][culture] for m in runs], dtype=float)
+        values[culture] = column[np.isfinite(column)]
+    ranked = sorted(values, key=lambda c: -values[c].mean() if values[c].size else math.inf)
+    return values, ranked
+
+
 def markers(matrices: list[Matrix], alpha: float = 0.05) -> dict[str, str]:
-    """Per model head: `*` if its best culture beats the lowest over runs (one-sided rank-sum, p < alpha),
-    `**` if it also beats the second best; needs several runs (seeds or folds) with the head, else no mark."""
+    """Per model head: `*` if its best culture beats the lowest over runs, `**` if it also beats the second best.
+
+    The test is the exact one-sided Wilcoxon rank-sum (`evaluation.rank_sum.rank_sum`: a permutation over all
+    splits of the two cultures' AUROCs, p < alpha). With 3 runs it cannot go below p = 1/20 = .05, so a head needs
+    4 or more runs for a marker; :func:`marker_test` names the test and says when none can be earned. A head with
+    fewer than 2 runs gets no mark (and no test)."""
     if len(matrices) < 2:
         return {}
     result = {}
     for head in dict.fromkeys(h for m in matrices for h in m):
-        runs = _with_head(matrices, head)
-        if len(runs) < 2:
+        if len(_with_head(matrices, head)) < 2:
             result[head] = ""
             continue
-        values = {c: np.array([m[head][c] for m in runs]) for c in runs[0][head]}
-        ranked = sorted(values, key=lambda c: -np.nanmean(values[c]))
+        values, ranked = _ranked_runs(matrices, head)
         best, second, lowest = ranked[0], ranked[1], ranked[-1]
-        p_low = ranksums(values[best], values[lowest], alternative="greater").pvalue
-        p_second = ranksums(values[best], values[second], alternative="greater").pvalue
+        p_low = rank_sum(values[best], values[lowest], alternative="greater").pvalue
+        p_second = rank_sum(values[best], values[second], alternative="greater").pvalue
         result[head] = "**" if p_low < alpha and p_second < alpha else "*" if p_low < alpha else ""
     return result
+
+
+def marker_test(matrices: list[Matrix], alpha: float = 0.05) -> dict[str, str | float | None]:
+    """What the report says about :func:`markers`: the test's name, alpha, and a note naming the heads whose runs
+    are too few for any marker (None when every head can earn one)."""
+    sizes = {}
+    for head in dict.fromkeys(h for m in matrices for h in m):
+        values, ranked = _ranked_runs(matrices, head)
+        sizes[head] = (values[ranked[0]].size, values[ranked[-1]].size) if len(ranked) >= 2 else (0, 0)
+    tested = [nm for nm in sizes.values() if min(nm) > 0]
+    return {"test": describe(tested or [(len(matrices), len(matrices))]), "alpha": alpha, "note": unreachable_note(sizes, alpha)}
 
 
 def best_culture(row: Mapping[str, float]) -> str:

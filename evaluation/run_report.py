@@ -124,7 +124,15 @@ def summary_markdown(report: dict[str, Any], figures: Collection[str]) -> str:
             "",
             *alignment_table(mean, {head: marks.get(head, "") or "†" for head in mean}),
         ]
-        lines += ["", "† best culture; `*`/`**`: best > lowest (/ and > second best), one-sided Wilcoxon rank-sum over runs, p < .05.", ""]
+        alignment = report["alignment"]
+        # reports written before the exact test carry no "test": their markers came from scipy's ranksums
+        test = alignment.get("test", "one-sided Wilcoxon rank-sum (normal approximation, scipy ranksums)")
+        note = f" {alignment['note']}" if alignment.get("note") else ""
+        lines += [
+            "",
+            f"† best culture; `*`/`**`: best > lowest (/ and > second best), {test} over runs, p < {alignment.get('alpha', 0.05):g}.{note}",
+            "",
+        ]
         if "alignment.png" in figures:
             lines += ["![alignment](alignment.png)", ""]
     if "roc.png" in figures:

@@ -1,9 +1,11 @@
 """Zero-shot runs of several models side by side, the shape of the Multi3Hate study's Tables 4 and 10.
 
 Rows = model × meme language, columns = cultures' labels; each cell is the accuracy's mean ± sample std
-over the prompts, and each row's best culture carries that run's Wilcoxon rank-sum marker
-(`evaluation.zeroshot_stats`). The numbers are the runs' own (`<run>/zeroshot/summary.json`), not
-recomputed here, so the comparison says exactly what each run reported.
+over the prompts, and each row's best culture carries that run's rank-sum marker (`evaluation.zeroshot_stats`);
+the footer names the test each run used (its summary.json `markers.test`; summaries written before it was
+recorded used scipy's `ranksums`, the normal approximation) and repeats any run's note that its prompts were
+too few for a marker. The numbers are the runs' own (`<run>/zeroshot/summary.json`), not recomputed here, so
+the comparison says exactly what each run reported.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from evaluation.zeroshot_stats import CULTURES, LANGUAGES, ordered
+
+# what a summary.json without `markers.test` used (crossmod before the exact test)
+LEGACY_TEST = "one-sided Wilcoxon rank-sum (normal approximation, scipy ranksums)"
 
 
 def comparison_markdown(runs: Mapping[str, Mapping[str, Any]], digits: int = 1) -> str:
@@ -30,10 +35,15 @@ def comparison_markdown(runs: Mapping[str, Mapping[str, Any]], digits: int = 1) 
             invalid = f"{summary['invalid']}/{summary['answers']}" if i == 0 else ""
             lines.append("| " + " | ".join([label if i == 0 else "", lang, *cells, invalid]) + " |")
     prompt_text = ", ".join(str(list(p)) for p in sorted(prompts))
+    test_of = {label: s.get("markers", {}).get("test", LEGACY_TEST) for label, s in runs.items()}
+    tests = list(dict.fromkeys(test_of.values()))
+    test_text = tests[0] if len(tests) == 1 else "; ".join(f"{label}: {test}" for label, test in test_of.items())
+    notes = "".join(f" {label}: {s['markers']['note']}" for label, s in runs.items() if s.get("markers", {}).get("note"))
     lines += [
         "",
         f"Accuracy (%) per culture's labels, mean ± sample std (ddof=1) over the prompts ({prompt_text}). `*` best > lowest, "
-        "`**` best > lowest and > second best (Wilcoxon rank-sum per row, as each run computed it). Invalid answers count as wrong.",
+        f"`**` best > lowest and > second best ({test_text} over the prompts, per row, as each run computed it).{notes} "
+        "Invalid answers count as wrong.",
     ]
     return "\n".join(lines) + "\n"
 

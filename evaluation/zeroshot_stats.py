@@ -2,14 +2,20 @@
 
 The study (shared/REFERENCE.md §1) reports, for each meme language and each culture's labels, the mean ±
 sample std (ddof=1) of accuracy over the 6 prompts, and a Wilcoxon rank-sum test between cultures' 6
-per-prompt accuracies: ``*`` on the best culture when it beats the lowest (p < .05), ``**`` when it also beats
-the second best. That is what shows "US alignment": for memes in language X, whose labels the model matches.
+per-prompt accuracies (here the exact one, `evaluation.rank_sum`): ``*`` on the best culture when it beats the
+lowest (p < .05), ``**`` when it also beats the second best. That is what shows "US alignment": for memes in
+language X, whose labels the model matches.
 
 Choices made here (and why):
 - Accuracy is over the memes that have a label for that culture; an invalid answer (prediction None)
   counts as wrong, as in the study, and is counted per (language, prompt) so it can be reported.
-- The test is ``scipy.stats.ranksums(best, other, alternative="greater")`` — one-sided, because the claim is
-  directional (best > other). Pass ``alternative="two-sided"`` to use scipy's default instead.
+- The test is :func:`evaluation.rank_sum.rank_sum` ``(best, other, alternative="greater")``: the exact Wilcoxon
+  rank-sum test, a permutation over all splits of the pooled accuracies (924 at 6 vs 6), because scipy's
+  ``ranksums`` (normal approximation) overstates evidence at these sizes and ``mannwhitneyu(method="exact")`` is
+  not exact with ties, which accuracies over the same memes often have (why, in that module). One-sided, because
+  the claim is directional (best > other); pass ``alternative="two-sided"`` for scipy's two-sided convention. The
+  report names the test, and says when too few prompts leave a marker out of reach (below 4 per culture the
+  exact one-sided test cannot go below p = .05).
 - Prompts with no labelled meme give NaN and are left out of mean/std/test; a (language, culture) cell
   with no labels at all is NaN and takes no part in the ranking, instead of crashing.
 - Ties in the mean are broken by culture order (US, DE, MX, IN, CN, then others alphabetically).
@@ -24,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import ranksums
 
 from evaluation.metrics import culture_auroc
+from evaluation.rank_sum import describe, rank_sum, unreachable_note
 
 CULTURES: tuple[str, ...] = ("US", "DE", "MX", "IN", "CN")
 LANGUAGES: tuple[str, ...] = ("en", "de", "es", "hi", "zh")
@@ -131,6 +137,7 @@ class LanguageSummary:
     p_vs_second: float
     answers: int
     invalid: int
+    sizes: tuple[int, int] = (0, 0)  # prompts behind best vs lowest: what limits the smallest reachable p
 
     @property
     def best(self) -> str | None:
@@ -155,6 +162,17 @@ class Summary:
     def invalid(self) -> int:
         return sum(s.invalid for s in self.languages.values())
 
+    @property
+    def test(self) -> str:
+        """The name of the test behind the markers (every comparison at these sizes uses it)."""
+        sizes = [s.sizes for s in self.languages.values() if min(s.sizes) > 0]
+        return describe(sizes or [(len(self.prompts), len(self.prompts))], self.alternative)
+
+    @property
+    def note(self) -> str | None:
+        """Which meme languages cannot earn a marker at all with so few prompts (None when all can)."""
+        return unreachable_note({lang: s.sizes for lang, s in self.languages.items()}, self.alpha, self.alternative, "prompts")
+
     def best_counts(self) -> dict[str, int]:
         """How many meme languages each culture's labels are matched best (the "US alignment" count)."""
         counts = dict.fromkeys(self.cultures, 0)
@@ -174,7 +192,7 @@ def _cell(accuracies: np.ndarray) -> Cell:
 def _p_greater(better: Cell, other: Cell, alternative: str) -> float:
     if better.values.size == 0 or other.values.size == 0:
         return float("nan")
-    return float(ranksums(better.values, other.values, alternative=alternative).pvalue)
+    return rank_sum(better.values, other.values, alternative=alternative).pvalue
 
 
 def summarise(table: AccuracyTable, alpha: float = 0.05, alternative: str = "greater") -> Summary:
@@ -186,15 +204,17 @@ def summarise(table: AccuracyTable, alpha: float = 0.05, alternative: str = "gre
         ranking = tuple(sorted((c for c in cells if math.isfinite(cells[c].mean)), key=lambda c: (-cells[c].mean, order[c])))
         p_lowest = p_second = float("nan")
         marker = ""
+        sizes = (0, 0)
         if len(ranking) >= 2:
             best = cells[ranking[0]]
+            sizes = (best.values.size, cells[ranking[-1]].values.size)
             p_lowest = _p_greater(best, cells[ranking[-1]], alternative)
             p_second = _p_greater(best, cells[ranking[1]], alternative)
             if p_lowest < alpha:
                 marker = "**" if p_second < alpha else "*"
         answers = sum(table.answers.get((lang, p), 0) for p in table.prompts)
         invalid = sum(table.invalid.get((lang, p), 0) for p in table.prompts)
-        languages[lang] = LanguageSummary(cells, ranking, marker, p_lowest, p_second, answers, invalid)
+        languages[lang] = LanguageSummary(cells, ranking, marker, p_lowest, p_second, answers, invalid, sizes)
     return Summary(table.cultures, table.prompts, languages, alpha, alternative)
 
 
@@ -214,12 +234,12 @@ def markdown(summary: Summary, digits: int = 1) -> str:
             row.append(text + (language.marker if culture == language.best else ""))
         row.append(f"{language.invalid}/{language.answers}")
         lines.append("| " + " | ".join(row) + " |")
-    test = "one-sided" if summary.alternative == "greater" else summary.alternative
+    note = f" {summary.note}" if summary.note else ""
     lines += [
         "",
         f"Accuracy (%) per culture's labels, mean ± sample std (ddof=1) over {len(summary.prompts)} prompts. "
-        f"`*` best > lowest, `**` best > lowest and > second best (Wilcoxon rank-sum, {test}, p < {summary.alpha:g}). "
-        f"Invalid answers (counted as wrong): {summary.invalid} of {summary.answers}.",
+        f"`*` best > lowest, `**` best > lowest and > second best: {summary.test} over the prompts, "
+        f"p < {summary.alpha:g}.{note} Invalid answers (counted as wrong): {summary.invalid} of {summary.answers}.",
     ]
     return "\n".join(lines) + "\n"
 

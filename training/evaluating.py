@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from datamodules.heads import Head
-from evaluation.alignment import markers, mean_alignment
+from evaluation.alignment import marker_test, markers, mean_alignment
 from evaluation.functional import functionality_bars
 from evaluation.plots import alignment_heatmap, roc_figure
 from evaluation.predictions import labelled_pairs
@@ -130,7 +130,12 @@ def evaluate(
     if not writer:
         return report
     if any(matrices):
-        report["alignment"] = {"mean": mean_alignment(matrices), "markers": markers(matrices), "runs": len(matrices)}
+        report["alignment"] = {
+            "mean": mean_alignment(matrices),
+            "markers": markers(matrices),
+            "runs": len(matrices),
+            **marker_test(matrices),  # the test's name, alpha, and a note when too few runs allow no marker
+        }
     (out / "report.json").write_text(json.dumps(report, indent=1, default=float))
     figures = [figure for figure in ("alignment.png", "roc.png") if (out / figure).is_file()]
     (out / "summary.md").write_text(summary_markdown(report, figures))

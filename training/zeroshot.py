@@ -5,8 +5,9 @@ generation (max 40 new tokens); the answer is parsed (letters, the label words, 
 else is invalid and counts as wrong) and the first generated step's logits of the two option letters give
 P(hate), so AUROC is defined too. Results land in `<run dir>/zeroshot/`: `answers.csv` (one row per meme
 and prompt; `tokens` = max_new_tokens marks an answer that may have been cut off), `summary.json` and `summary.md`
-(accuracy per meme language × culture, mean ± sample std over the prompts, Wilcoxon rank-sum markers, invalid
-counts; AUROC per prompt and culture). Under DeepSpeed ZeRO-3 (`strategy=deepspeed_zero3`) the model is built
+(accuracy per meme language × culture, mean ± sample std over the prompts, markers from the exact one-sided
+Wilcoxon rank-sum test over the prompts, with the test named and a note when too few prompts allow no marker,
+invalid counts; AUROC per prompt and culture). Under DeepSpeed ZeRO-3 (`strategy=deepspeed_zero3`) the model is built
 straight into partitions across the ranks and the ranks generate in lockstep: a model larger than one device is a
 config, not a code change.
 """
@@ -154,6 +155,13 @@ def run(cfg: DictConfig) -> float:
             lang: {c: {"mean": cell.mean, "std": cell.std, "per_prompt": list(map(float, cell.accuracies))} for c, cell in s.cells.items()}
             | {"best": s.best, "marker": s.marker}
             for lang, s in summary.languages.items()
+        },
+        "markers": {  # how `accuracy[lang].marker` was decided
+            "test": summary.test,
+            "alternative": summary.alternative,
+            "alpha": summary.alpha,
+            "note": summary.note,
+            "p": {lang: {"vs_lowest": s.p_vs_lowest, "vs_second": s.p_vs_second} for lang, s in summary.languages.items()},
         },
         "auroc": auroc_table(rows, cultures),
     }

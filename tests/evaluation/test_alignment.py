@@ -1,4 +1,4 @@
-"""The culture alignment matrix, its mean over runs, the rank-sum markers and the markdown table, by hand."""
+"""The culture alignment matrix, its mean over runs, the exact rank-sum markers and the markdown table, by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy.stats import norm
 
-from evaluation.alignment import alignment_matrix, alignment_table, best_culture, markers, mean_alignment
+from evaluation.alignment import alignment_matrix, alignment_table, best_culture, marker_test, markers, mean_alignment
 
 
 def test_matrix_scores_each_head_against_each_culture_on_the_ids_both_cover():
@@ -27,16 +27,49 @@ def _runs(us: list[float], de: list[float], mx: list[float]) -> list[dict[str, d
     return [{"US": {"US": u, "DE": d, "MX": m}} for u, d, m in zip(us, de, mx)]
 
 
-def test_markers_by_the_one_sided_rank_sum_normal_approximation():
-    # 3 vs 3 runs, all best values above all others: rank sum 15, expected 10.5, sd sqrt(3·3·7/12) → z = 1.964, p = .0248
-    p_separated = norm.sf((15 - 10.5) / math.sqrt(3 * 3 * 7 / 12))
-    assert p_separated == pytest.approx(0.0248, abs=1e-4)
-    assert markers(_runs([0.90, 0.91, 0.92], [0.70, 0.71, 0.72], [0.50, 0.51, 0.52])) == {"US": "**"}
-    # best and second interleave (rank sum 12: z = 0.655, p = .26): only best > lowest holds
-    assert markers(_runs([0.90, 0.80, 0.92], [0.91, 0.81, 0.79], [0.50, 0.51, 0.52])) == {"US": "*"}
-    # best (mean .733) against lowest (.633) interleaves the same way (rank sum 12): no marker
-    assert markers(_runs([0.9, 0.55, 0.75], [0.6, 0.8, 0.5], [0.7, 0.65, 0.78])) == {"US": ""}
+def test_markers_by_the_exact_one_sided_rank_sum_test():
+    # 4 vs 4 runs, all best values above all others: 1 split of C(8, 4) = 70 → p = .014 against both
+    assert markers(_runs([0.90, 0.91, 0.92, 0.93], [0.70, 0.71, 0.72, 0.73], [0.50, 0.51, 0.52, 0.53])) == {"US": "**"}
+    # best and second interleave (US ranks 8, 6, 4, 2 of 8 → sum 20, reached in 24 of 70 splits): only best > lowest holds
+    assert markers(_runs([0.90, 0.80, 0.70, 0.60], [0.85, 0.75, 0.65, 0.55], [0.50, 0.51, 0.52, 0.53])) == {"US": "*"}
+    # best (mean .75) against lowest (.6125) interleaved: US ranks 8, 6, 5, 3 → sum 22; the other four sum ≤ 14 in
+    # 1 + 1 + 2 + 3 + 5 = 12 of 70 splits (sums 10 … 14) → p = .17: no marker
+    assert markers(_runs([0.9, 0.8, 0.7, 0.6], [0.7, 0.7, 0.7, 0.7], [0.85, 0.65, 0.5, 0.45])) == {"US": ""}
     assert markers(_runs([0.9], [0.5], [0.1])) == {}  # one run: nothing to test
+
+
+def test_three_runs_cannot_earn_a_marker_and_the_report_says_so():
+    # 3 vs 3, complete separation: scipy's normal approximation gives p = .0248 (crossmod marked this `**`);
+    # the exact test: 1 split of C(6, 3) = 20 → p = .05, not below .05
+    p_normal = norm.sf((15 - 10.5) / math.sqrt(3 * 3 * 7 / 12))
+    assert p_normal == pytest.approx(0.0248, abs=1e-4)
+    runs = _runs([0.90, 0.91, 0.92], [0.70, 0.71, 0.72], [0.50, 0.51, 0.52])
+    assert markers(runs) == {"US": ""}
+    assert marker_test(runs) == {
+        "test": "exact one-sided Wilcoxon rank-sum (permutation over all splits)",
+        "alpha": 0.05,
+        "note": "No marker can be earned for US: with 3 runs the exact one-sided rank-sum test cannot go below p = 0.05 "
+        "(markers need ≥ 4 runs per group for p < 0.05).",
+    }
+    assert marker_test(_runs([0.9] * 4, [0.7] * 4, [0.5] * 4))["note"] is None
+
+
+def test_ties_between_runs_count_splits_exactly():
+    # US .8 .8 .8 .7 against MX .7 .7 .6 .6 (DE in between): midranks .6 → 1.5, .7 → 4, .8 → 7; US's sum 25: the other
+    # four sum ≤ 11 only as {1.5, 1.5, 4, 4}, 3 ways → p = 3/70 = .043 (scipy's no-tie "exact" U gives 2/70): `*`.
+    # Against DE (.75 four times): midranks .7 → 1, .75 → 3.5, .8 → 7; US's sum 22, the other four sum ≤ 14 as
+    # {1, 3.5, 3.5, 3.5} (4 ways) or {3.5 × 4} (1) → p = 5/70 = .071: not `**`
+    assert markers(_runs([0.8, 0.8, 0.8, 0.7], [0.75, 0.75, 0.75, 0.75], [0.7, 0.7, 0.6, 0.6])) == {"US": "*"}
+    # one more MX run tied with US's lowest: US .8 .8 .8 .7 vs MX .7 .7 .7 .6. Midranks .6 → 1, .7 → 3.5, .8 → 7;
+    # US's sum 24.5, the other four sum ≤ 11.5 only as {1, 3.5, 3.5, 3.5}, 4 ways → p = 4/70 = .057: no marker
+    assert markers(_runs([0.8, 0.8, 0.8, 0.7], [0.75, 0.75, 0.75, 0.75], [0.7, 0.7, 0.7, 0.6])) == {"US": ""}
+
+
+def test_undefined_cells_are_left_out_of_the_test():
+    # a run where the lowest culture's AUROC is undefined: 4 vs 3 values, complete separation → 1/35
+    runs = _runs([0.90, 0.91, 0.92, 0.93], [0.70, 0.71, 0.72, 0.73], [0.50, math.nan, 0.52, 0.53])
+    assert markers(runs) == {"US": "**"}
+    assert marker_test(runs)["note"] is None
 
 
 def test_table_marks_the_best_culture_of_each_row_and_skips_undefined_cells():

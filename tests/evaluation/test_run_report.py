@@ -74,3 +74,21 @@ def test_summary_marks_each_heads_best_culture_with_its_rank_sum_marker_or_a_dag
     assert "| US | 0.800** | 0.600 |" in text and "| DE | 0.700† | 0.650 |" in text and "mean over 3 run(s)" in text
     assert "![alignment](alignment.png)" in text and "roc.png" not in text
     assert functionality_figure("a/fold1") == "functionalities-a_fold1.png"
+    # a report written before the test was recorded: its markers came from scipy's ranksums, and the text says so
+    assert (
+        "`*`/`**`: best > lowest (/ and > second best), one-sided Wilcoxon rank-sum (normal approximation, scipy ranksums) over runs"
+        in text
+    )
+
+
+def test_summary_names_the_test_behind_the_markers_and_why_there_are_none():
+    note = "No marker can be earned for US, DE: with 3 runs the exact one-sided rank-sum test cannot go below p = 0.05 (…)."
+    alignment = {"mean": {"US": {"US": 0.8, "DE": 0.6}, "DE": {"US": 0.7, "DE": 0.65}}, "markers": {"US": "", "DE": ""}, "runs": 3}
+    alignment |= {"test": "exact one-sided Wilcoxon rank-sum (permutation over all splits)", "alpha": 0.05, "note": note}
+    report = {"dataset": "synthetic", "items": 6, "runs": {"a/fold1": _entry()}, "alignment": alignment}
+    text = summary_markdown(report, [])
+    assert (
+        "† best culture; `*`/`**`: best > lowest (/ and > second best), "
+        f"exact one-sided Wilcoxon rank-sum (permutation over all splits) over runs, p < 0.05. {note}"
+    ) in text.splitlines()
+    assert "| US | 0.800† | 0.600 |" in text

@@ -67,6 +67,11 @@ def test_folder_of_fold_runs_scores_each_run_on_its_own_held_out_fold(fold_sweep
     assert len(report["runs"]) == 3 and report["alignment"]["runs"] == 3
     assert set(report["alignment"]["markers"]) == {"US", "DE", "MX", "IN", "CN"}
     assert set(report["alignment"]["mean"]["US"]) == {"US", "DE", "MX", "IN", "CN"}
+    # 3 folds: the exact one-sided rank-sum test cannot go below p = 1/20 = .05, so no marker, and the report says so
+    assert set(report["alignment"]["markers"].values()) == {""}
+    assert report["alignment"]["test"] == "exact one-sided Wilcoxon rank-sum (permutation over all splits)"
+    assert "with 3 runs the exact one-sided rank-sum test cannot go below p = 0.05" in report["alignment"]["note"]
+    assert report["alignment"]["note"] in summary
     folds = {}
     for name, entry in report["runs"].items():
         run = fold_sweep / name
