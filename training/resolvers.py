@@ -6,6 +6,7 @@ import netrc
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -146,6 +147,15 @@ def tiny_vlm(out_dir: str, kind: str = "qwen2_vl") -> str:
     return str(build_tiny_vlm(out_dir, caption_corpus() + prompt_corpus(spec), kind))
 
 
+def lr_for_weights(random_lr: float, pretrained_lr: float, *weights: Any) -> float:
+    """The default learning rate for what the encoders start from: `random_lr` when every one is random (crossmod's
+    on-the-fly tiny models, folders named `tiny-…`, and timm's `pretrained=false`), else `pretrained_lr` (a hub id or
+    a real model folder): a rate that trains a random tiny model in minutes leaves a pretrained one predicting a
+    constant, and one that fine-tunes a pretrained encoder leaves a random one unlearned."""
+    random_start = all(w is False or str(w).lower() == "false" or Path(str(w)).name.startswith("tiny-") for w in weights)
+    return float(random_lr if random_start else pretrained_lr)
+
+
 def is_bf16(precision: str) -> bool:
     """Whether a Lightning precision setting computes in bf16 (DeepSpeed's `bf16.enabled` follows it)."""
     return str(precision).startswith("bf16")
@@ -167,6 +177,7 @@ def register() -> None:
         "manifest_heads": manifest_heads,
         "manifest_splits": manifest_splits,
         "is_bf16": is_bf16,
+        "lr_for_weights": lr_for_weights,
     }.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn, use_cache=name == "run_id")
