@@ -27,6 +27,7 @@ def datamodule_for(shard_dir: Path | str, preprocessor, batch_size: int, workers
         shard_dir=str(shard_dir),
         batch_size=batch_size,
         num_workers=workers,
+        epoch="resampled",
         epoch_samples=memes,
         train_splits=["train", "val", "test"],  # every meme written streams, as in the file loader
         preprocessor=preprocessor,

@@ -5,8 +5,9 @@ shuffled batches spend much of their compute on padding (bench/vlm_training.py m
 `LengthGroupedBatches` is the streaming form of Transformers' `group_by_length`
 (`LengthGroupedSampler`): it fills a buffer of `groups × batch_size` samples from the (already shuffled)
 stream, sorts it by the model's token count, cuts it into batches and emits those batches in a seeded
-random order. Every sample that enters leaves once, in one batch (only a finite stream's last incomplete
-batch is dropped, as `wds.batched(partial=False)` drops it; the training stream is endless); the order
+random order. Every sample that enters leaves once, in one batch (a finite stream's last incomplete batch is
+kept with `partial=True`, as an epoch that is a pass keeps it, else dropped as `wds.batched(partial=False)` drops
+it); the order
 depends only on the stream and the seed, so a resumed run replays the same batches
 (datamodules/stream_position.py).
 """
@@ -21,13 +22,13 @@ Sample = dict[str, Any]
 
 
 class LengthGroupedBatches:
-    """A stream stage: samples in, lists of `batch_size` samples out (complete batches only, like
-    `wds.batched(partial=False)`: a stream's last, incomplete buffer is cut into the batches it fills)."""
+    """A stream stage: samples in, lists of `batch_size` samples out (a stream's last, incomplete buffer is cut into
+    the batches it fills, plus its short last batch when `partial`, as `wds.batched`)."""
 
-    def __init__(self, batch_size: int, groups: int, length: Callable[[Sample], int], seed: int) -> None:
+    def __init__(self, batch_size: int, groups: int, length: Callable[[Sample], int], seed: int, partial: bool = False) -> None:
         if batch_size < 1 or groups < 1:
             raise ValueError(f"length grouping needs batch_size >= 1 and groups >= 1, got {batch_size} and {groups}")
-        self.batch_size, self.groups, self.length, self.seed = batch_size, groups, length, seed
+        self.batch_size, self.groups, self.length, self.seed, self.partial = batch_size, groups, length, seed, partial
 
     def __call__(self, samples: Iterator[Sample]) -> Iterator[list[Sample]]:
         rng = random.Random(self.seed)  # per pass, as webdataset's shuffle: a replayed pass is the same
@@ -42,6 +43,7 @@ class LengthGroupedBatches:
 
     def _cut(self, buffer: list[tuple[int, int, Sample]], rng: random.Random) -> Iterator[list[Sample]]:
         ordered = [sample for _, _, sample in sorted(buffer, key=lambda entry: entry[:2])]  # ties keep arrival order
-        batches = [ordered[i : i + self.batch_size] for i in range(0, len(ordered) - self.batch_size + 1, self.batch_size)]
+        last = len(ordered) if self.partial else len(ordered) - self.batch_size + 1
+        batches = [ordered[i : i + self.batch_size] for i in range(0, last, self.batch_size)]
         rng.shuffle(batches)
         yield from batches

@@ -1,7 +1,8 @@
 """MemeDataModule: converts a source to shards once, then streams them with webdataset.
 
-Training streams resampled shards with a fixed epoch length, so every rank runs the same number of
-batches; the stream's position travels in checkpoints (`state_dict`), so a resumed run sees the batches
+An epoch of training is a pass: every training meme once, in a seeded order, the same number of batches on every
+rank (datamodules/epoch_passes.py; `epoch=resampled` streams shards drawn with replacement in epochs of a fixed
+length instead); the stream's position travels in checkpoints (`state_dict`), so a resumed run sees the batches
 the uninterrupted run would (datamodules/stream_position.py). Evaluation is exact: each val/test shard
 goes to exactly one (rank, worker) consumer, so every sample is scored once, whatever the number of
 ranks, workers and shards. What each stage reads in a fold run, and which rule chose the scored
@@ -23,7 +24,9 @@ import webdataset as wds
 from filelock import FileLock
 from torch.utils.data import DataLoader, get_worker_info
 
+from datamodules.ablation import DecodeAblated
 from datamodules.batches import Preprocessor, SamplesToBatch
+from datamodules.epoch_passes import EpochPasses, batches_per_rank
 from datamodules.even_batches import EvenBatches, sum_over_ranks
 from datamodules.folds import (
     INNER_SHARE,
@@ -39,7 +42,6 @@ from datamodules.length_groups import LengthGroupedBatches
 from datamodules.ocr import CaptionsFromImages
 from datamodules.one_block import one_block
 from datamodules.remote import BACKOFF_S, RETRIES, is_remote
-from datamodules.sample import decode_shard_entry
 from datamodules.selection_rules import NO_SELECTION, RoleFilter, StagePlan, check_selection, fold_splits, rule_for
 from datamodules.shards import (
     MANIFEST,
@@ -108,6 +110,7 @@ class MemeDataModule(L.LightningDataModule):
         test_splits: list[str] = ("test",),
         samples_per_shard: int = 500,
         shuffle_buffer: int = 1000,
+        epoch: str = "pass",
         epoch_samples: int | None = None,
         allow_skip: bool = False,
         verify: bool = True,
@@ -125,6 +128,7 @@ class MemeDataModule(L.LightningDataModule):
         ocr: dict[str, Any] | None = None,
         group_by_length: bool = False,
         length_groups: int = 50,
+        ablate: str | None = None,
     ) -> None:
         """`raw_dir` and `on_error` are config handles (`data.raw_dir=…`, `data.on_error=skip`) that data
         configs pass on to their source; skipping bad inputs is allowed when `allow_skip`, `on_error`
@@ -141,6 +145,9 @@ class MemeDataModule(L.LightningDataModule):
         conversion (datamodules/ocr.py), for datasets that ship images only. `group_by_length` batches
         training memes of similar token counts from buffers of `length_groups` batches
         (datamodules/length_groups.py), so batches compute less padding; evaluation batches are unchanged.
+        `ablate` (`image` | `text`) removes one modality of every meme as it is read (datamodules/ablation.py).
+        `epoch`: `pass` shows every training meme once per epoch (datamodules/epoch_passes.py has the rule);
+        `resampled` draws shards with replacement, `epoch_samples` (default: the training set's size) per epoch.
         """
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -152,6 +159,15 @@ class MemeDataModule(L.LightningDataModule):
         if fold is not None and not 0 <= fold < num_folds:
             raise ValueError(f"fold={fold} is outside 0..{num_folds - 1} (num_folds={num_folds})")
         check_selection(selection)
+        if epoch not in ("pass", "resampled"):
+            raise ValueError(f"data.epoch must be 'pass' (every training meme once per epoch) or 'resampled', got {epoch!r}")
+        if epoch == "pass" and epoch_samples is not None:
+            raise ValueError(
+                f"data.epoch_samples={epoch_samples} sets the length of a resampled epoch; an epoch is a pass over the training "
+                "memes (data.epoch=pass): drop epoch_samples, or set data.epoch=resampled"
+            )
+        self.epoch = epoch
+        self.decode = DecodeAblated(ablate)  # every stream decodes through it: an ablation holds for every stage
         if ocr and source is not None:
             source = CaptionsFromImages(source, **ocr)
         self.selection, self.inner_share = selection, inner_share
@@ -413,37 +429,64 @@ class MemeDataModule(L.LightningDataModule):
         urls = self._shards(splits)
         if not urls:
             raise ValueError(f"{self.dataset_dir}: no shards for training splits {splits}")
-        samples = self.epoch_samples or self.num_samples("train")
-        batches_per_rank = max(1, math.ceil(samples / (self.batch_size * world)))
         workers = max(1, self.num_workers)
-        per_worker = math.ceil(batches_per_rank / workers)
-        shards = wds.ResampledShards(urls, seed=self.seed + 7919 * rank, deterministic=True)
-        resume = self.resume.stage(shards)
-        stages: list[Any] = [
-            shards,
-            self._reader(),
-            wds.shuffle(self.shuffle_buffer, initial=min(self.shuffle_buffer, 100), seed=self.seed + rank),
-            wds.map(decode_shard_entry),
-        ]
-        if role is not None:
-            stages.append(wds.select(RoleFilter(self.roles, role)))
-        stages += [*self._training_batches(rank), resume, *self._handover()]
-        pipeline = wds.DataPipeline(*stages).with_epoch(per_worker).with_length(per_worker * workers)
-        loader = self._loader(pipeline)
+        keep = RoleFilter(self.roles, role) if role is not None else None
+        if self.epoch == "pass":
+            counts = self._training_counts(urls, splits, keep)
+            source = EpochPasses(counts, self._decoded_reader(), keep, self.seed, rank, world, self.shuffle_buffer)
+            stages: list[Any] = [source, *self._training_batches(rank, partial=True)]
+            length = batches_per_rank(sum(count for _, count in counts), world, workers, self.batch_size)
+        else:
+            samples = self.epoch_samples or self.num_samples("train")
+            batches = max(1, math.ceil(samples / (self.batch_size * world)))
+            source = wds.ResampledShards(urls, seed=self.seed + 7919 * rank, deterministic=True)
+            stages = [
+                source,
+                self._reader(),
+                wds.shuffle(self.shuffle_buffer, initial=min(self.shuffle_buffer, 100), seed=self.seed + rank),
+                wds.map(self.decode),
+            ]
+            if keep is not None:
+                stages.append(wds.select(keep))
+            stages += self._training_batches(rank, partial=False)
+            length = math.ceil(batches / workers) * workers
+        resume = self.resume.stage(source)
+        pipeline = wds.DataPipeline(*stages, resume, *self._handover())
+        if self.epoch == "resampled":
+            pipeline = pipeline.with_epoch(length // workers)
+        loader = self._loader(pipeline.with_length(length))
         self.resume.running(loader, resume)
         return loader
 
-    def _training_batches(self, rank: int) -> list[Any]:
-        """The batching stages: shuffled order, or memes of similar length together (`group_by_length`)."""
+    def _decoded_reader(self) -> Callable[[Any], Any]:
+        return partial(_decoded, self._reader(), self.decode)
+
+    def _training_counts(self, urls: list[str], splits: list[str], keep: RoleFilter | None) -> list[tuple[str, int]]:
+        """Training memes per shard (url, count), in manifest order: the shard's count, or in a fold run its memes whose
+        group trains (read once per run from the records, no image decoded)."""
+        shards = [s for s in self.manifest["shards"] if s["split"] in splits]
+        if keep is None:
+            return [(url, int(shard["count"])) for url, shard in zip(urls, shards)]
+        if getattr(self, "_counts_for", None) != (self.fold, id(self.roles)):
+            self._counts = [
+                (url, sum(keep(r) for r in iter_records(self.dataset_dir, [shard["name"]], self.remote)))
+                for url, shard in zip(urls, shards)
+            ]
+            self._counts_for = (self.fold, id(self.roles))
+        return self._counts
+
+    def _training_batches(self, rank: int, partial: bool) -> list[Any]:
+        """The batching stages: shuffled order, or memes of similar length together (`group_by_length`). `partial`: a
+        pass's last, short batch is kept (no meme dropped)."""
         collate = SamplesToBatch(self.preprocessor)
         if not self.group_by_length:
-            return [wds.batched(self.batch_size, collation_fn=collate, partial=False)]
+            return [wds.batched(self.batch_size, collation_fn=collate, partial=partial)]
         length = getattr(self.preprocessor, "length", None)
         if length is None:
             raise ValueError(
                 f"data.group_by_length needs the model's preprocessor to count a meme's tokens; {type(self.preprocessor).__name__} has no `length`"
             )
-        return [LengthGroupedBatches(self.batch_size, self.length_groups, length, self.seed + rank), wds.map(collate)]
+        return [LengthGroupedBatches(self.batch_size, self.length_groups, length, self.seed + rank, partial), wds.map(collate)]
 
     def _eval_dataloader(self, stage: str) -> DataLoader:
         rank, world = self._rank_world()
@@ -458,7 +501,7 @@ class MemeDataModule(L.LightningDataModule):
             wds.SimpleShardList(urls),
             ShardsForConsumer(rank, world),
             self._reader(),
-            wds.map(decode_shard_entry),
+            wds.map(self.decode),
         ]
         if role is not None:
             stages.append(wds.select(RoleFilter(self.roles, role)))
@@ -482,7 +525,7 @@ class MemeDataModule(L.LightningDataModule):
         pipeline = wds.DataPipeline(
             wds.SimpleShardList(urls[:1]),
             self._reader(),
-            wds.map(decode_shard_entry),
+            wds.map(self.decode),
             wds.batched(self.eval_batch_size, collation_fn=SamplesToBatch(self.preprocessor), partial=True),
         )
         return next(iter(pipeline))
@@ -509,3 +552,8 @@ class MemeDataModule(L.LightningDataModule):
             persistent_workers=self.num_workers > 0,
             prefetch_factor=4 if self.num_workers > 0 else None,
         )
+
+
+def _decoded(read: Callable[[Any], Any], decode: Callable[[Any], Any], shards: Any) -> Any:
+    """Decoded samples of the given shards (picklable for loader workers)."""
+    return map(decode, read(shards))

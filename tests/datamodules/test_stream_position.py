@@ -8,6 +8,7 @@ default) and after it was built and iterated (strategies that restore after thei
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,7 @@ def fit(
     ckpt_path: Path | None = None,
     after_setup: bool = False,
     group_by_length: bool = False,
+    epoch: str = "pass",
 ):
     datamodule = MemeDataModule(
         heads=HEADS,
@@ -87,7 +89,8 @@ def fit(
         group_by_length=group_by_length,
         length_groups=3,
         batch_size=4,
-        epoch_samples=4 * BATCHES_PER_EPOCH,
+        epoch=epoch,
+        epoch_samples=4 * BATCHES_PER_EPOCH if epoch == "resampled" else None,  # a pass: every training meme once
         num_workers=workers,
         samples_per_shard=30,
         shuffle_buffer=50,
@@ -113,23 +116,30 @@ def batches(seen: list[tuple[int, tuple[str, ...], float]]) -> list[tuple[int, t
     return [(epoch, ids) for epoch, ids, _ in seen]
 
 
+@pytest.mark.parametrize("epoch", ["pass", "resampled"])
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("after_setup", [False, True], ids=["restore-before-loader", "restore-after-loader"])
-def test_resumed_stream_continues_with_the_uninterrupted_batches(shard_root, tmp_path, workers, after_setup):
-    full = fit(shard_root, workers, [SaveAt(tmp_path)])
-    assert len(full) == EPOCHS * BATCHES_PER_EPOCH
-    epochs = [[ids for epoch, ids, _ in full if epoch == e] for e in range(EPOCHS)]
+def test_resumed_stream_continues_with_the_uninterrupted_batches(shard_root, tmp_path, workers, after_setup, epoch):
+    full = fit(shard_root, workers, [SaveAt(tmp_path)], epoch=epoch)
+    per_epoch = sum(1 for e, _, _ in full if e == 0)
+    assert len(full) == EPOCHS * per_epoch and per_epoch > MID[1] + 1
+    if epoch == "resampled":
+        assert per_epoch == BATCHES_PER_EPOCH
+    else:  # a pass: each epoch holds every training meme exactly once (one rank), so the resumed epoch completes it
+        memes = [Counter(i for e, ids, _ in full if e == k for i in ids) for k in range(EPOCHS)]
+        assert all(set(m.values()) == {1} for m in memes) and memes[0] == memes[1] == memes[2]
+    epochs = [[ids for e, ids, _ in full if e == k] for k in range(EPOCHS)]
     assert epochs[0] != epochs[1] != epochs[2], "each epoch is a different stream: where a resume starts matters"
 
-    for checkpoint, done in (("mid.ckpt", MID[0] * BATCHES_PER_EPOCH + MID[1] + 1), ("end0.ckpt", BATCHES_PER_EPOCH)):
-        resumed = fit(shard_root, workers, [], ckpt_path=tmp_path / checkpoint, after_setup=after_setup)
+    for checkpoint, done in (("mid.ckpt", MID[0] * per_epoch + MID[1] + 1), ("end0.ckpt", per_epoch)):
+        resumed = fit(shard_root, workers, [], ckpt_path=tmp_path / checkpoint, after_setup=after_setup, epoch=epoch)
         # an even number of batches of the epoch done: with two workers the interrupted epoch resumes in the same order too
         assert batches(resumed) == batches(full[done:]), f"resumed from {checkpoint}"
 
 
 def test_length_grouped_batches_resume_exactly_too(shard_root, tmp_path):
     full = fit(shard_root, 2, [SaveAt(tmp_path)], group_by_length=True)
-    done = MID[0] * BATCHES_PER_EPOCH + MID[1] + 1
+    done = MID[0] * sum(1 for e, _, _ in full if e == 0) + MID[1] + 1
     resumed = fit(shard_root, 2, [], ckpt_path=tmp_path / "mid.ckpt", group_by_length=True)
     assert batches(resumed) == batches(full[done:])
     assert batches(full) != batches(fit(shard_root, 2, [])), "grouping changed the batches: the test compares grouped streams"

@@ -178,7 +178,15 @@ def test_allocation_mismatch_fails_with_both_numbers(slurm: Slurm):
     assert "trainer.num_nodes=2 x trainer.devices=2 = 4 processes, but SLURM started SLURM_NTASKS=2" in out, out[-4000:]
 
 
-PREEMPT = [*CPU_TRAINER, "trainer.max_epochs=3", "+trainer.deterministic=true", "+data.epoch_samples=1280", "data.num_workers=1", "seed=7"]
+PREEMPT = [
+    *CPU_TRAINER,
+    "trainer.max_epochs=3",
+    "+trainer.deterministic=true",
+    "+data.epoch_samples=1280",
+    "data.epoch=resampled",
+    "data.num_workers=1",
+    "seed=7",
+]
 
 
 def test_preempted_job_resumes_and_matches_uninterrupted_run(slurm: Slurm):
@@ -272,7 +280,7 @@ def test_zero3_job_on_two_nodes_resumes_exactly_after_preemption(slurm: Slurm, t
     overrides = [
         *CPU_TRAINER, "strategy=deepspeed_zero3", "model=vlm", f"model.name_or_path={tiny_qwen}",
         "model.preprocessor.image_size=56", f"data.batch_size={batch}", "data.num_workers=0",
-        f"+data.epoch_samples={samples}", "trainer.max_epochs=2", "seed=7",
+        f"+data.epoch_samples={samples}", "data.epoch=resampled", "trainer.max_epochs=2", "seed=7",
     ]  # fmt: skip
     sbatch = ["--nodes=2", "--ntasks-per-node=1", *CPU_JOB]
     reference = slurm.submit("train.sbatch", sbatch, overrides)
