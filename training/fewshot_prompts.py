@@ -20,6 +20,7 @@ from torch import nn
 from evaluation.fewshot_scores import STAGE_CLASSES, STAGE_HEADS
 from models.vlm.classifier import resolve_attn_implementation, resolve_dtype
 from models.vlm.families import family_for
+from models.vlm.preprocess import render_chat
 from training.chat_answers import ChatBatches, GreedyChatAnswers, answer_chats
 
 
@@ -106,7 +107,7 @@ class FewShotGenerator:
     ) -> None:
         from transformers import AutoProcessor
 
-        self.family = family_for(name_or_path, family)
+        self.family, self.source = family_for(name_or_path, family), name_or_path
         self.processor = AutoProcessor.from_pretrained(name_or_path, trust_remote_code=False)
         if min_pixels is not None or max_pixels is not None:
             if not self.family.pixel_bounds:
@@ -123,7 +124,7 @@ class FewShotGenerator:
         self.trainer, self.batch_size, self.num_workers = trainer, batch_size, num_workers
 
     def render(self, messages: list[dict[str, Any]], images: int) -> str:
-        chat = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        chat = render_chat(self.processor, self.source, messages)
         if chat.count(self.family.image_placeholder) < images:
             raise ValueError(
                 f"the chat template ({self.family.name}) wrote {chat.count(self.family.image_placeholder)} image placeholders "

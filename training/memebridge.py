@@ -42,6 +42,7 @@ from evaluation.memebridge import (
 )
 from models.sentence_embedder import SentenceEmbedder
 from models.vlm.families import model_type
+from models.vlm.preprocess import render_chat
 from training.chat_answers import ChatBatches, GreedyChatAnswers, answer_chats
 from training.console import configure_console
 from training.memebridge_prompts import MemeBridgePrompts
@@ -82,7 +83,7 @@ def answer_all(trainer: L.Trainer, model: Any, records: list[dict[str, Any]], as
         entries = [entry for entry in asked if entry["task"] == task]
         if not entries:
             continue
-        chats = [preprocessor.processor.apply_chat_template(e["messages"], add_generation_prompt=True, tokenize=False) for e in entries]
+        chats = [render_chat(preprocessor.processor, preprocessor.source, e["messages"]) for e in entries]
         placeholder = preprocessor.family.image_placeholder
         if placeholder not in chats[0]:
             raise ValueError(

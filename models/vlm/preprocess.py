@@ -63,13 +63,13 @@ def template_file(source: str) -> str:
     return str(source)
 
 
-def render_chat(processor: Any, source: str, messages: list[dict[str, Any]]) -> str:
+def render_chat(processor: Any, source: str, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
     """The chat as the model's template writes it; a template that fails or that the sandbox refuses (Transformers
     renders templates in jinja's sandbox) is a ValueError naming its file."""
     from jinja2 import TemplateError
 
     try:
-        return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return processor.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
     except TemplateError as error:
         raise ValueError(
             f"{template_file(source)}: the chat template cannot be rendered ({type(error).__name__}: {error}); "

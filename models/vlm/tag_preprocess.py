@@ -23,7 +23,7 @@ from PIL import Image
 
 from datamodules.heads import HeadSpecs, label_tensors, parse_heads
 from models.vlm.families import family_for
-from models.vlm.preprocess import load_processor, meme_image
+from models.vlm.preprocess import load_processor, meme_image, render_chat
 
 TAG_SEPARATOR = ", "
 IGNORE = -100  # the label the loss skips
@@ -133,10 +133,9 @@ class TagPreprocessor:
             )
         gold = [str(tag) for tag in meta["tags"]]
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": self._user_text(sample)}]}]
-        template = self.processor.apply_chat_template
-        prompt = template(messages, add_generation_prompt=True, tokenize=False)
+        prompt = render_chat(self.processor, self.source, messages)
         answer_turn = {"role": "assistant", "content": [{"type": "text", "text": format_tags(gold)}]}
-        full = template([*messages, answer_turn], tokenize=False)
+        full = render_chat(self.processor, self.source, [*messages, answer_turn], add_generation_prompt=False)
         if not full.startswith(prompt):
             raise ValueError(
                 f"the chat template of {self.source!r} does not continue the generation prompt with the answer turn: "

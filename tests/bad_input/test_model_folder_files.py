@@ -54,3 +54,18 @@ def test_a_chat_template_the_sandbox_refuses_names_its_file(tmp_path):
     prompt = OmegaConf.to_container(OmegaConf.load(ROOT / "configs/model/vlm.yaml").prompt)
     with pytest.raises(ValueError, match=rf"{template}: the chat template cannot be rendered .*SecurityError"):
         VLMPreprocessor({"US": {"kind": "binary"}}, str(folder), json.loads(json.dumps(prompt)), family="qwen2_vl")
+
+
+def test_few_shot_and_tag_prompts_render_through_the_same_guard(tmp_path):
+    """The few-shot generator (and MemeBridge, the tag generator) render chats with the same named-file error."""
+    from models.tiny.vlm import build_tiny_vlm
+    from training.fewshot_prompts import FewShotGenerator
+    from training.scoring import single_device_trainer
+
+    folder = Path(build_tiny_vlm(tmp_path / "vlm", ["a meme about cats", "hello world"]))
+    template = folder / "chat_template.jinja"
+    template.write_text("{{ ''.__class__.__mro__[1].__subclasses__() }}")
+    generator = FewShotGenerator(str(folder), single_device_trainer(), family="qwen2_vl")
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hateful?"}]}]
+    with pytest.raises(ValueError, match=rf"{template}: the chat template cannot be rendered .*SecurityError"):
+        generator.render(messages, 1)
