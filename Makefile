@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: env train test lint clean bench constraints
+.PHONY: env train test test-floor lint clean bench constraints
 
 env: $(STAMP)
 
@@ -28,6 +28,28 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -m "not gpu" $(ARGS)
+
+# The other end of setup.cfg's ranges: .venv-floor gets the oldest verified release of each key dependency
+# (constraints-floor.txt, each pin equal to its floor in setup.cfg; everything else resolves to the newest release that
+# fits) and runs the part of the suite that exercises them, one pytest after the other (2 cores).
+FLOOR_VENV := .venv-floor
+FLOOR_PY := $(FLOOR_VENV)/bin/python
+FLOOR_STAMP := $(FLOOR_VENV)/.installed
+FLOOR_TESTS := tests/test_constraints.py tests/training/test_zero3_inference.py tests/training/test_export_predict.py \
+	tests/datamodules tests/bad_input tests/models
+
+$(FLOOR_STAMP): setup.cfg pyproject.toml constraints-floor.txt
+	test -x $(FLOOR_PY) || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_PY) -m pip install --quiet --upgrade pip
+	$(FLOOR_PY) -m pip install --quiet -c constraints-floor.txt -e ".[dev]"
+	touch $(FLOOR_STAMP)
+
+# DeepSpeed's CPU ops are JIT-built per torch: the floor stack keeps its own build folder (torch's default one is shared
+# by every environment and, on the floor's torch, waits forever on a lock that a killed build left there).
+test-floor: $(FLOOR_STAMP)
+	export TORCH_EXTENSIONS_DIR=$(CURDIR)/$(FLOOR_VENV)/torch_extensions CROSSMOD_CONSTRAINTS=constraints-floor.txt; \
+	$(FLOOR_PY) -m pytest -m "not gpu" -p no:cacheprovider $(FLOOR_TESTS) $(ARGS) && \
+	$(FLOOR_PY) -m pytest -m "not gpu" -p no:cacheprovider tests/training/test_evaluate.py -k two_processes $(ARGS)
 
 # CPU benchmarks (bench/*.py, < 30 min): results in bench/results/*.json, README table re-rendered from them.
 bench: $(STAMP)

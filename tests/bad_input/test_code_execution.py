@@ -155,8 +155,9 @@ def _tampered_checkpoint(run_dir: Path, path: Path, **hyper_parameters) -> Path:
 def test_evaluate_refuses_a_checkpoint_whose_hyperparameters_run_remote_code(leaky_run, data_dir, tmp_path):
     live_marker = tmp_path / "live-marker"
     live = _tampered_checkpoint(leaky_run, tmp_path / "live.ckpt", preprocessor=remote_code_config(tmp_path / "live-payload", live_marker))
-    # Lightning's own loader builds whatever the file names (and then fails on the odd preprocessor)
-    code = f"import lightning as L; from models.module import MemeClassifier; L.LightningModule.load_from_checkpoint.__func__(MemeClassifier, {str(live)!r})"
+    # Lightning's own loader builds whatever the file names (and then fails on the odd preprocessor). `__wrapped__`, not
+    # `__func__`: Lightning's restricted classmethod sets `__func__` in 2.6.6 (constraints.txt) but not in 2.5.5 (the floor).
+    code = f"import lightning as L; from models.module import MemeClassifier; L.LightningModule.load_from_checkpoint.__wrapped__(MemeClassifier, {str(live)!r})"
     subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
