@@ -14,7 +14,8 @@ off the images costs a trained fusion model (AUROC with OCR captions against the
    language data are installed. CER is jiwer's over all memes of
    a language (edits / reference characters, the line break between top and bottom text included);
    memes/s is one engine reading its memes one after another in this process.
-3. AUROC: the default experiment (`python train.py`, concat fusion on the synthetic memes) is trained,
+3. AUROC: the default experiment (`python train.py data.source.image_text=caption`, concat fusion on the
+   synthetic memes with the caption itself drawn on each image, so OCR can read it back) is trained,
    every culture exported (`export.py`) and its test split scored with `predict.py` four ways: the true
    captions with the stored 128 px images (the reference), the true captions with the same memes drawn at
    512 px (the generator draws the caption at the same share of the image, so the model's 64 px input is
@@ -205,7 +206,7 @@ def auroc_with_ocr(result: Result, work: Path, smoke: bool, limit: int | None, s
     from evaluation.metrics import culture_auroc
 
     data = ["data.source.num_groups=40", "data.samples_per_shard=64", "debug=limit"] if smoke else []
-    run("train.py", f"paths.log_dir={work / 'runs'}", "print_table=false", *data)
+    run("train.py", f"paths.log_dir={work / 'runs'}", "print_table=false", "data.source.image_text=caption", *data)
     (run_dir,) = (work / "runs").glob("*/runs/ocr-bench")
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     params = {k: v for k, v in config["data"]["source"].items() if k != "_target_"}
@@ -253,7 +254,9 @@ def auroc_with_ocr(result: Result, work: Path, smoke: bool, limit: int | None, s
         for name, texts in ocr_texts.items()
     }
     result.payload["auroc"] = {
-        "model": "python train.py (experiment=synthetic_concat" + (", smoke data" if smoke else "") + "), every culture exported",
+        "model": "python train.py (experiment=synthetic_concat, data.source.image_text=caption"
+        + (", smoke data" if smoke else "")
+        + "), every culture exported",
         "test_memes": len(stored),
         "stored_size_memes": min(stored_limit, len(stored)),
         "per_culture": {name: {c: None if math.isnan(v) else v for c, v in values.items()} for name, values in aurocs.items()},

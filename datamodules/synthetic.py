@@ -1,8 +1,11 @@
 """The embedded synthetic memes: a deterministic, fully known multi-culture hate task.
 
 Each meme pairs a drawn scene (one *image concept*: a coloured shape among grey distractors) with a
-caption naming a *subject* (the text concept), rendered on the image as top/bottom meme text and
-also given as `text`. The hidden rule, per culture:
+caption naming a *subject* (the text concept), given as `text`. The picture carries top/bottom meme text
+too: by default the caption's template with a neutral word in the subject's place, so the pixels say
+nothing about the subject and the image-only ceiling is true for any model, however well it reads
+(`image_text=caption` draws the caption itself, for OCR: then the image shows everything). The hidden
+rule, per culture:
 
 * base: a meme is hateful when its subject is paired with "its" image concept (subject k with
   concept k): neither the caption nor the picture alone says anything;
@@ -30,7 +33,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from datamodules.sample import Sample
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 
 IMAGE_CONCEPTS: list[tuple[str, tuple[int, int, int]]] = [
     ("circle", (215, 35, 35)),
@@ -45,6 +48,10 @@ SUBJECTS: dict[str, list[str]] = {
     "de": ["Tauben", "Vermieter", "Radfahrer", "Touristen", "Roboter", "Clowns"],
     "es": ["palomas", "caseros", "ciclistas", "turistas", "robots", "payasos"],
 }
+# What the picture's meme text says in the subject's place (image_text=template): a word no culture's rule
+# names, the same for every meme of a language, so the drawn text is independent of the label.
+NEUTRAL_SUBJECT: dict[str, str] = {"en": "people", "de": "Leute", "es": "vecinos"}
+IMAGE_TEXTS = ("template", "caption")
 # Parallel caption templates: "top | bottom"; index i means the same sentence in every language.
 TEMPLATES: dict[str, list[str]] = {
     "en": [
@@ -165,13 +172,19 @@ class SyntheticMemeSource:
         match_share: float = 0.45,
         culture_share: float = 0.2,
         split_shares: tuple[float, float] | list[float] = (0.7, 0.15),
+        image_text: str = "template",
     ) -> None:
+        """`image_text`: what the picture's meme text says: `template` (the caption with a neutral word for
+        the subject: the image-only ceiling holds) or `caption` (the caption itself, as OCR needs it)."""
         unknown = set(languages) - set(SUBJECTS)
         if unknown:
             raise ValueError(f"synthetic memes: no captions for languages {sorted(unknown)}; choose from {sorted(SUBJECTS)}")
         unknown = set(cultures) - set(CULTURE_RULES)
         if unknown:
             raise ValueError(f"synthetic memes: no rules for cultures {sorted(unknown)}; choose from {sorted(CULTURE_RULES)}")
+        if image_text not in IMAGE_TEXTS:
+            raise ValueError(f"synthetic memes: image_text must be one of {IMAGE_TEXTS}, got {image_text!r}")
+        self.image_text = image_text
         self.num_groups, self.seed = num_groups, seed
         self.languages, self.cultures = tuple(languages), tuple(cultures)
         self.image_size, self.label_noise = image_size, label_noise
@@ -195,6 +208,7 @@ class SyntheticMemeSource:
             "match_share": self.match_share,
             "culture_share": self.culture_share,
             "split_shares": list(self.split_shares),
+            "image_text": self.image_text,
         }
 
     def _pairs(self, rng: np.random.Generator) -> tuple[int, int]:
@@ -248,18 +262,18 @@ class SyntheticMemeSource:
                 }
 
     def __iter__(self) -> Iterator[Sample]:
-        # Small meme text: legible at the stored size, mostly lost at the models' 64 px input, so an
-        # image-only model cannot simply read the caption (see docs/synthetic.md).
         font = ImageFont.load_default(size=max(7, self.image_size // 14))
         for meme in self.memes():
             for lang in self.languages:
-                caption = TEMPLATES[lang][meme["template"]].format(s=SUBJECTS[lang][meme["subject"]])
+                template = TEMPLATES[lang][meme["template"]]
+                caption = template.format(s=SUBJECTS[lang][meme["subject"]])
+                drawn = caption if self.image_text == "caption" else template.format(s=NEUTRAL_SUBJECT[lang])
                 yield Sample(
                     id=f"synthetic/{meme['group']}/{meme['index']}/{lang}",
                     group=f"synthetic/{meme['group']}",
                     lang=lang,
                     text=caption.replace(" | ", " "),
-                    image=render_meme(meme["scene"], caption, self.image_size, font),
+                    image=render_meme(meme["scene"], drawn, self.image_size, font),
                     labels=dict(meme["labels"]),
                     split=meme["split"],
                     meta={
@@ -271,9 +285,20 @@ class SyntheticMemeSource:
                 )
 
     def summary(self) -> dict[str, Any]:
-        """Measured facts about the generated labels: oracle scores per family and culture disagreement."""
+        """Measured facts about the generated labels: oracle scores per family (over all memes and within each
+        split, the ceiling a model scored on that split is held to) and culture disagreement."""
         memes = list(self.memes())
-        return {"oracle": oracle_scores(memes, self.cultures), "disagreement": disagreement(memes, self.cultures)}
+        shows_subject = self.image_text == "caption"
+        by_split = {
+            split: oracle_scores([m for m in memes if m["split"] == split], self.cultures, shows_subject)
+            for split in ("train", "val", "test")
+            if any(m["split"] == split for m in memes)
+        }
+        return {
+            "oracle": oracle_scores(memes, self.cultures, shows_subject),
+            "oracle_by_split": by_split,
+            "disagreement": disagreement(memes, self.cultures),
+        }
 
 
 def _conditional_scores(memes: list[dict[str, Any]], culture: str, key) -> np.ndarray:
@@ -287,14 +312,23 @@ def _conditional_scores(memes: list[dict[str, Any]], culture: str, key) -> np.nd
     return np.array([means[k] for k in keys])
 
 
-def oracle_scores(memes: list[dict[str, Any]], cultures: tuple[str, ...]) -> dict[str, dict[str, dict[str, float]]]:
-    """Best AUROC / accuracy per family: fusion sees (concept, subject), text only the subject, image only the concept."""
+def oracle_scores(
+    memes: list[dict[str, Any]], cultures: tuple[str, ...], image_shows_subject: bool = False
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Best AUROC / accuracy per family: fusion sees (concept, subject), text only the subject, image only the
+    concept, or (concept, subject) when the caption itself is drawn on it (`image_shows_subject`).
+
+    Estimated within `memes` (P(label | what the family sees) on these very memes), so on a split it is the
+    best any function of that view scores on that split: an upper bound, not an expectation."""
     from sklearn.metrics import accuracy_score, roc_auc_score
 
+    def pair(m: dict[str, Any]) -> tuple[int, int]:
+        return m["scene"].concept, m["subject"]
+
     views = {
-        "fusion": lambda m: (m["scene"].concept, m["subject"]),
+        "fusion": pair,
         "text_only": lambda m: m["subject"],
-        "image_only": lambda m: m["scene"].concept,
+        "image_only": pair if image_shows_subject else lambda m: m["scene"].concept,
     }
     result: dict[str, dict[str, dict[str, float]]] = {}
     for family, key in views.items():
@@ -335,9 +369,11 @@ def main() -> None:
     parser.add_argument("--num-groups", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--label-noise", type=float, default=0.01)
+    parser.add_argument("--image-text", default="template", choices=IMAGE_TEXTS, help="what the picture's meme text says")
     parser.add_argument("--markdown", action="store_true", help="print tables instead of JSON")
     args = parser.parse_args()
-    summary = SyntheticMemeSource(num_groups=args.num_groups, seed=args.seed, label_noise=args.label_noise).summary()
+    source = SyntheticMemeSource(num_groups=args.num_groups, seed=args.seed, label_noise=args.label_noise, image_text=args.image_text)
+    summary = source.summary()
     if not args.markdown:
         print(json.dumps(summary, indent=1))
         return
@@ -347,6 +383,12 @@ def main() -> None:
     for family, scores in summary["oracle"].items():
         cells = [f"{scores[c]['auroc']:.3f} / {scores[c]['acc']:.3f}" for c in [*cultures, "mean"]]
         print(f"| {family} | " + " | ".join(cells) + " |")
+    print()
+    splits = summary["oracle_by_split"]
+    print("| family sees | " + " | ".join(f"{split} mean AUROC" for split in splits) + " |")
+    print("|---|" + "---|" * len(splits))
+    for family in summary["oracle"]:
+        print(f"| {family} | " + " | ".join(f"{splits[split][family]['mean']['auroc']:.3f}" for split in splits) + " |")
     print()
     print("| culture | positive rate |")
     print("|---|---|")

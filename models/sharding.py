@@ -60,6 +60,16 @@ def gathered(params: Iterable[nn.Parameter], modifier_rank: int | None = None) -
         yield
 
 
+def parameter_counts(params: Iterable[nn.Parameter]) -> dict[str, int]:
+    """Trained and total parameters, whole-model counts also when ZeRO-3 holds them partitioned."""
+    trained = total = 0
+    for param in params:
+        count = param.ds_numel if is_partitioned(param) else param.numel()
+        total += count
+        trained += count if param.requires_grad else 0
+    return {"trained": trained, "total": total}
+
+
 def partition_summary(params: Iterable[nn.Parameter], rank: int, world_size: int) -> str:
     """One line saying the model was built partitioned, and how much of it this rank holds (what proves no rank
     materialised the whole model)."""

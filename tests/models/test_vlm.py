@@ -136,6 +136,20 @@ def test_vision_lora_and_all_linear_presets(tiny_vlms, tmp_path):
     }
 
 
+def test_full_finetuning_trains_the_base_and_refuses_lora(tiny_vlms, tmp_path):
+    """`full_finetune` (the tiny random bases' recipe): every language-model weight trains, the tower only when
+    `freeze_vision=false`; with LoRA still configured it is refused, naming both settings."""
+    common = (f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.fusion.lora=null", "model.fusion.full_finetune=true")
+    model = build(tmp_path, *common)
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert frozen and all(".visual." in n for n in frozen), sorted(frozen)[:5]
+    assert any(".language_model." in n for n, p in model.named_parameters() if p.requires_grad)
+    everything = build(tmp_path, *common, "model.fusion.freeze_vision=false")
+    assert all(p.requires_grad for p in everything.parameters())
+    with pytest.raises(Exception, match=r"(?s)full_finetune=true.*lora=null"):  # Hydra wraps the ValueError
+        build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.fusion.full_finetune=true")
+
+
 def test_verbalizer_scores_the_answer_options(tiny_vlms, tmp_path):
     model = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.fusion.mode=verbalizer", "model.fusion.lora=null")
     assert model.head_layers is None and not any(p.requires_grad for p in model.parameters())

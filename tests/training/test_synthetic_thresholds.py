@@ -1,7 +1,8 @@
 """The synthetic memes behave as designed when trained for real (fixed seeds, default budget).
 
-Fusion must reach val mean AUROC >= 0.90; text-only and image-only stay <= 0.75 on the same budget;
-each culture's head scores measurably lower against a disagreeing culture's labels.
+Fusion must reach val mean AUROC >= 0.90; text-only and image-only stay at or below what their view of the
+memes allows on the validation split (the generator's measured ceiling) + CEILING_TOLERANCE; each culture's
+head scores measurably lower against a disagreeing culture's labels.
 """
 
 from __future__ import annotations
@@ -11,11 +12,25 @@ import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf
 
+from datamodules.synthetic import SyntheticMemeSource
 from evaluation.alignment import alignment_matrix, read_predictions
 from tests.conftest import ROOT, scaled
 
 pytestmark = pytest.mark.slow
+
+# The ceiling is P(label | view) fitted on the validation split itself, so no function of the view can beat
+# it there; a trained model can only exceed it through features that separate memes beyond the view (the
+# drawn scene's position, size, distractors), which carry nothing about the label but can fit val by chance.
+CEILING_TOLERANCE = 0.03
+
+
+def val_ceiling(run_dir, view: str) -> float:
+    """The mean AUROC the best function of `view` (fusion, text_only, image_only) scores on the run's val split."""
+    source = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))["data"]["source"]
+    source.pop("_target_")
+    return SyntheticMemeSource(**source).summary()["oracle_by_split"]["val"][view]["mean"]["auroc"]
 
 
 def _run(train_run, *overrides: str, name: str = "synthetic_concat") -> tuple[dict, object]:
@@ -56,7 +71,9 @@ def test_length_grouped_batches_reach_the_same_threshold(train_run):
     assert metrics["best"]["val"]["mean"]["auroc"] >= 0.90
 
 
-@pytest.mark.parametrize("model", ["text", "image"])
-def test_unimodal_models_stay_below_the_ceiling(train_run, model):
-    metrics, _ = _run(train_run, f"model={model}", "test=false", name=f"synthetic_{model}")
-    assert metrics["best"]["val"]["mean"]["auroc"] <= 0.75
+@pytest.mark.parametrize("model, view", [("text", "text_only"), ("image", "image_only")])
+def test_unimodal_models_stay_below_the_ceiling(train_run, model, view):
+    metrics, run_dir = _run(train_run, f"model={model}", "test=false", name=f"synthetic_{model}")
+    ceiling = val_ceiling(run_dir, view)
+    assert 0.6 < ceiling < 0.75  # the culture-specific pairs leave each view a little signal, never the rule
+    assert metrics["best"]["val"]["mean"]["auroc"] <= ceiling + CEILING_TOLERANCE, ceiling
