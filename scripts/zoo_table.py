@@ -2,9 +2,11 @@
 
     python scripts/zoo_table.py [--families text image ...] [--epochs 6] [--seed 1234]
 
-Each family runs `train.py model=<family>` (same data, seed and epochs) in its own process; the val
-and test mean AUROC of each best checkpoint go to `docs/model_zoo.json` (with versions and wall
-times, which are only indicative when other jobs share the machine) and the table between the `zoo-table` markers in README.md is regenerated from that file.
+Each family runs `train.py <its overrides>` (same data, seed and epochs) in its own process; the val and
+test mean AUROC of each best checkpoint, the parameters it trained, its wall time (only indicative when other
+jobs share the machine) and the ceiling of what it sees (the best any function of its view scores on the
+val split: datamodules/synthetic.py) go to `docs/model_zoo.json`, and the table between the `zoo-table`
+markers in README.md and docs/synthetic.md is regenerated from that file.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -20,18 +23,48 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILIES = ("text", "image", "late_fusion", "concat", "early_fusion", "clip_fusion")
+# quoted: Hydra's override parser rejects a nested ${..}/path inside resolver arguments
+TINY_VLM = 'model.name_or_path="${{tiny_vlm:${{paths.assets_dir}}/tiny-{kind}-synthetic,{kind}}}"'
+# family: (train.py overrides, the view of the memes its ceiling is computed for)
+FAMILIES: dict[str, tuple[list[str], str]] = {
+    "text": (["model=text"], "text_only"),
+    "image": (["model=image"], "image_only"),
+    "late_fusion": (["model=late_fusion"], "fusion"),
+    "concat": (["model=concat"], "fusion"),
+    "early_fusion": (["model=early_fusion"], "fusion"),
+    "clip_fusion": (["model=clip_fusion"], "fusion"),
+    "visual_bert": (["model=visual_bert"], "fusion"),
+    "vlm_head_qwen2_vl": (["experiment=synthetic_vlm"], "fusion"),
+    "vlm_head_qwen2_vl_ablate_image": (["experiment=synthetic_vlm", "data.ablate=image"], "text_only"),
+    "vlm_head_qwen2_vl_ablate_text": (["experiment=synthetic_vlm", "data.ablate=text"], "image_only"),
+    "vlm_verbalizer_qwen2_vl": (["experiment=synthetic_vlm_verbalizer"], "fusion"),
+    "vlm_head_gemma3": (["experiment=synthetic_vlm", TINY_VLM.format(kind="gemma3")], "fusion"),
+    "vlm_head_smolvlm": (["experiment=synthetic_vlm", TINY_VLM.format(kind="smolvlm")], "fusion"),
+}
 RESULTS = ROOT / "docs" / "model_zoo.json"
 README = ROOT / "README.md"
+TABLE_FILES = (README, ROOT / "docs" / "synthetic.md")  # each holds the table between the markers
 START, END = "<!-- zoo-table:start -->", "<!-- zoo-table:end -->"
+
+
+def val_ceiling(run_dir: Path, view: str) -> float:
+    """The mean AUROC the best function of `view` scores on the run's val split (datamodules/synthetic.py)."""
+    from omegaconf import OmegaConf
+
+    from datamodules.synthetic import SyntheticMemeSource
+
+    source = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))["data"]["source"]
+    source.pop("_target_")
+    return SyntheticMemeSource(**source).summary()["oracle_by_split"]["val"][view]["mean"]["auroc"]
 
 
 def train(family: str, epochs: int, seed: int, log_dir: Path) -> dict:
     run_id = f"zoo-{family}"
+    overrides, view = FAMILIES[family]
     command = [
         sys.executable,
         str(ROOT / "train.py"),
-        f"model={family}",
+        *overrides,
         f"trainer.max_epochs={epochs}",
         f"seed={seed}",
         f"paths.log_dir={log_dir}",
@@ -39,37 +72,48 @@ def train(family: str, epochs: int, seed: int, log_dir: Path) -> dict:
     ]
     start = time.time()
     subprocess.run(command, cwd=ROOT, check=True, env={**os.environ, "CROSSMOD_RUN_ID": run_id, "WANDB_MODE": "offline"})
-    metrics = json.loads((log_dir / f"synthetic_{family}" / "runs" / run_id / "metrics.json").read_text())  # named <data>_<model>
+    wall = round(time.time() - start, 1)
+    (run_dir,) = log_dir.glob(f"*/runs/{run_id}")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
     return {
         "family": family,
+        "command": shlex.join(["python", "train.py", *overrides]),  # as a shell takes it
         "val_mean_auroc": metrics["best"]["val"]["mean"]["auroc"],
         "test_mean_auroc": metrics["best"]["test"]["mean"]["auroc"],
         "val_per_head_auroc": {h: s["auroc"] for h, s in metrics["best"]["val"].items() if h not in ("mean", "all")},
+        "view": view,
+        "val_ceiling": val_ceiling(run_dir, view),
+        "parameters_trained": metrics["parameters"]["trained"],
         "epochs": metrics["epochs"],
-        "wall_s": round(time.time() - start, 1),
+        "wall_s": wall,
     }
 
 
 def render(results: dict) -> str:
     lines = [
         f"Val / test mean AUROC over the five culture heads, synthetic memes, {results['epochs']} epochs, seed {results['seed']}, "
-        f"{results['machine']} (measured by `scripts/zoo_table.py`, stored in `docs/model_zoo.json`):",
+        f"{results['machine']} (measured by `scripts/zoo_table.py`, stored in `docs/model_zoo.json`; ceiling: the best any "
+        "function of what the family sees scores on the val split, `docs/synthetic.md`):",
         "",
-        "| family | val mean AUROC | test mean AUROC |",
-        "|---|---|---|",
+        "| family | command | val mean AUROC | test mean AUROC | val ceiling (view) | parameters trained | wall time |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in results["rows"]:
-        lines.append(f"| `{row['family']}` | {row['val_mean_auroc']:.3f} | {row['test_mean_auroc']:.3f} |")
+        lines.append(
+            f"| `{row['family']}` | `{row['command']}` | {row['val_mean_auroc']:.3f} | {row['test_mean_auroc']:.3f} | "
+            f"{row['val_ceiling']:.3f} ({row['view']}) | {row['parameters_trained']:,} | {row['wall_s'] / 60:.1f} min |"
+        )
     return "\n".join(lines)
 
 
-def update_readme(results: dict) -> None:
-    text = README.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} … {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    README.write_text(f"{head}{START}\n{render(results)}\n{END}{tail}")
+def update_tables(results: dict) -> None:
+    for path in TABLE_FILES:
+        text = path.read_text()
+        if START not in text or END not in text:
+            raise SystemExit(f"{path.relative_to(ROOT)} has no {START} … {END} markers")
+        head, rest = text.split(START, 1)
+        _, tail = rest.split(END, 1)
+        path.write_text(f"{head}{START}\n{render(results)}\n{END}{tail}")
 
 
 def main() -> None:
@@ -77,7 +121,9 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--readme-only", action="store_true", help="re-render the README table from docs/model_zoo.json")
+    parser.add_argument(
+        "--readme-only", action="store_true", help="re-render the tables (README, docs/synthetic.md) from docs/model_zoo.json"
+    )
     args = parser.parse_args()
     if not args.readme_only:
         import torch
@@ -90,7 +136,7 @@ def main() -> None:
                     old = json.loads(RESULTS.read_text())
                     if (old["epochs"], old["seed"]) == (args.epochs, args.seed):
                         rows += [r for r in old["rows"] if r["family"] != family]
-                rows.sort(key=lambda r: FAMILIES.index(r["family"]))
+                rows.sort(key=lambda r: list(FAMILIES).index(r["family"]))
                 results = {
                     "epochs": args.epochs,
                     "seed": args.seed,
@@ -99,7 +145,7 @@ def main() -> None:
                     "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}), no GPU",
                 }
                 RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    update_readme(json.loads(RESULTS.read_text()))
+    update_tables(json.loads(RESULTS.read_text()))
     print(render(json.loads(RESULTS.read_text())))
 
 

@@ -1,5 +1,5 @@
 """Default learning rates follow what the encoders start from: the random tiny models of the synthetic memes train at
-2e-3, pretrained weights at the family's rate from the Hateful Memes baselines (a real MiniLM at 2e-3 predicted one
+2e-3 (Visual BERT at 5e-4: 0.836 → 0.975 val mean AUROC on the zoo budget), pretrained weights at the family's rate from the Hateful Memes baselines (a real MiniLM at 2e-3 predicted one
 constant for every held-out meme). Composed through Hydra, as train.py composes them."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import training.resolvers  # noqa: F401  (registers lr_for_weights)
 from tests.conftest import ROOT
 from training.resolvers import lr_for_weights
 
+TINY = {"visual_bert": 5e-4}  # families whose random tiny models learn better below 2e-3
 PRETRAINED = {
     "text": (["model.text.name_or_path=sentence-transformers/all-MiniLM-L6-v2"], 5e-5),
     "image": (["model.image.pretrained=true"], 1e-5),
@@ -32,7 +33,7 @@ def _lr(tmp_path, *overrides: str) -> float:
 @pytest.mark.parametrize("family", sorted(PRETRAINED))
 def test_each_family_trains_tiny_models_fast_and_pretrained_ones_gently(family, data_dir):
     overrides, pretrained = PRETRAINED[family]
-    assert _lr(data_dir, f"model={family}") == 2e-3  # the session's tiny models (built once)
+    assert _lr(data_dir, f"model={family}") == TINY.get(family, 2e-3)  # the session's tiny models (built once)
     assert _lr(data_dir, f"model={family}", *overrides) == pretrained
 
 

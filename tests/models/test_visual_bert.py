@@ -154,5 +154,6 @@ def test_the_hateful_memes_recipe_trains_with_train_py(train_run):
     assert last < 0.9 * first, f"training loss {first:.3f} → {last:.3f}"
     metrics = train_run.metrics(run_dir)
     assert metrics["global_step"] == 90
-    assert metrics["best"]["val"]["mean"]["auroc"] > 0.55  # above chance: the synthetic memes' culture labels are learnable (0.64 measured)
+    # above chance on 90 steps of small data; the full rule (>= 0.90) is test_synthetic_thresholds.py::test_visual_bert_learns_the_rule
+    assert metrics["best"]["val"]["mean"]["auroc"] > 0.55
     assert 0.0 <= metrics["best"]["test"]["mean"]["auroc"] <= 1.0

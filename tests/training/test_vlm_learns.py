@@ -1,10 +1,11 @@
 """VLMs learn the synthetic memes' cultural rule through crossmod, and both modalities reach the classifier.
 
 A tiny random VLM trained by `python train.py experiment=synthetic_vlm` (head mode) must reach val mean AUROC
-≥ 0.90; the same run with the image or the caption removed at load time (`data.ablate`) must fall to what the
-remaining modality allows (the generator's measured ceiling on the val split + CEILING_TOLERANCE). A bug that
-drops or misplaces the image tokens, reads the wrong position or trains the wrong weights fails here. The
-verbalizer (the answer letters' logits) must reach ≥ 0.85, as must two more families in head mode.
+≥ 0.90, here on length-grouped batches (`data.group_by_length` changes which memes share a batch, not what
+the model can learn); the same run with the image or the caption removed at load time (`data.ablate`) must
+fall to what the remaining modality allows (the generator's measured ceiling on the val split +
+CEILING_TOLERANCE). A bug that drops or misplaces the image tokens, reads the wrong position or trains the
+wrong weights fails here. Two more families must reach ≥ 0.85 in head mode.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from tests.training.test_synthetic_thresholds import CEILING_TOLERANCE, val_ceil
 pytestmark = pytest.mark.slow
 
 # quoted: Hydra's override parser rejects a nested ${..}/path inside resolver arguments
-TINY_VLM = "model.name_or_path='${{tiny_vlm:${{paths.assets_dir}}/tiny-{kind}-synthetic,{kind}}}'"
+TINY_VLM = 'model.name_or_path="${{tiny_vlm:${{paths.assets_dir}}/tiny-{kind}-synthetic,{kind}}}"'
 
 
 def _train(train_run, experiment: str, *overrides: str) -> tuple[dict, object]:
@@ -27,18 +28,13 @@ def _train(train_run, experiment: str, *overrides: str) -> tuple[dict, object]:
 
 @pytest.mark.parametrize("ablate, view", [(None, None), ("image", "text_only"), ("text", "image_only")])
 def test_qwen2_vl_head_learns_the_rule_from_both_modalities(train_run, ablate, view):
-    metrics, run_dir = _train(train_run, "synthetic_vlm", *([f"data.ablate={ablate}"] if ablate else []))
+    metrics, run_dir = _train(train_run, "synthetic_vlm", f"data.ablate={ablate}" if ablate else "data.group_by_length=true")
     score = metrics["best"]["val"]["mean"]["auroc"]
     if ablate is None:
         assert score >= 0.90
         assert metrics["parameters"]["trained"] == metrics["parameters"]["total"]  # full fine-tuning, as the recipe says
     else:
         assert score <= val_ceiling(run_dir, view) + CEILING_TOLERANCE, (ablate, score)
-
-
-def test_qwen2_vl_verbalizer_learns_the_rule(train_run):
-    metrics, _ = _train(train_run, "synthetic_vlm_verbalizer")
-    assert metrics["best"]["val"]["mean"]["auroc"] >= 0.85
 
 
 @pytest.mark.parametrize("kind", ["gemma3", "smolvlm"])
