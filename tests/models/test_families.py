@@ -70,12 +70,13 @@ def build_model(overrides: list[str], tmp_path: Path) -> MemeClassifier:
 
 
 def one_batch(model: MemeClassifier, size: int = 8) -> dict:
-    """Memes with distinct captions (the generator reuses a caption with other images and labels, which
-    a text-only model could not fit)."""
-    samples, texts = [], set()
+    """Memes with distinct captions and distinct pictures (the generator reuses a caption with another picture,
+    and a picture under another caption, with other labels: a one-modality model could not fit both)."""
+    samples, texts, images = [], set(), set()
     for sample in SyntheticMemeSource(num_groups=12, image_size=64, seed=3):
-        if sample.text not in texts and len(samples) < size:
+        if sample.text not in texts and sample.image not in images and len(samples) < size:
             texts.add(sample.text)
+            images.add(sample.image)
             samples.append({"id": sample.id, "text": sample.text, "image": sample.image, "labels": sample.labels})
     return model.preprocessor.collate([model.preprocessor(s) for s in samples])
 
