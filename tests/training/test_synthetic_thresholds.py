@@ -12,10 +12,9 @@ import subprocess
 import sys
 
 import pytest
-from omegaconf import OmegaConf
 
-from datamodules.synthetic import SyntheticMemeSource
 from evaluation.alignment import alignment_matrix, read_predictions
+from scripts.zoo_table import val_ceiling
 from tests.conftest import ROOT, scaled
 
 pytestmark = pytest.mark.slow
@@ -24,13 +23,6 @@ pytestmark = pytest.mark.slow
 # it there; a trained model can only exceed it through features that separate memes beyond the view (the
 # drawn scene's position, size, distractors), which carry nothing about the label but can fit val by chance.
 CEILING_TOLERANCE = 0.03
-
-
-def val_ceiling(run_dir, view: str) -> float:
-    """The mean AUROC the best function of `view` (fusion, text_only, image_only) scores on the run's val split."""
-    source = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))["data"]["source"]
-    source.pop("_target_")
-    return SyntheticMemeSource(**source).summary()["oracle_by_split"]["val"][view]["mean"]["auroc"]
 
 
 def _run(train_run, *overrides: str, name: str = "synthetic_concat") -> tuple[dict, object]:

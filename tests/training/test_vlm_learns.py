@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.training.test_synthetic_thresholds import CEILING_TOLERANCE, val_ceiling
+from scripts.zoo_table import TINY_VLM, val_ceiling
+from tests.training.test_synthetic_thresholds import CEILING_TOLERANCE
 
 pytestmark = pytest.mark.slow
-
-# quoted: Hydra's override parser rejects a nested ${..}/path inside resolver arguments
-TINY_VLM = 'model.name_or_path="${{tiny_vlm:${{paths.assets_dir}}/tiny-{kind}-synthetic,{kind}}}"'
 
 
 def _train(train_run, experiment: str, *overrides: str) -> tuple[dict, object]:
