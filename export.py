@@ -14,7 +14,9 @@ from training.user_errors import entry_point
 @entry_point(preflight.export)
 def main(cfg: DictConfig) -> None:
     from training.artifacts import export_culture, run_model
+    from training.console import configure_console
 
+    configure_console()
     run_dir = Path(cfg.run)
     model, info = run_model(run_dir, cfg.checkpoint)
     cultures = [cfg.culture] if cfg.culture else list(model.heads)

@@ -33,7 +33,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from datamodules.sample import Sample
 
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4  # 4: meta.tags
 
 IMAGE_CONCEPTS: list[tuple[str, tuple[int, int, int]]] = [
     ("circle", (215, 35, 35)),
@@ -43,6 +43,8 @@ IMAGE_CONCEPTS: list[tuple[str, tuple[int, int, int]]] = [
     ("cross", (240, 140, 10)),
     ("ring", (10, 165, 175)),
 ]
+# What each concept looks like, as a meme's tag names it (meta.tags: the tag generator's target).
+CONCEPT_TAGS = ["red circle", "blue square", "green triangle", "purple diamond", "orange cross", "teal ring"]
 SUBJECTS: dict[str, list[str]] = {
     "en": ["pigeons", "landlords", "cyclists", "tourists", "robots", "clowns"],
     "de": ["Tauben", "Vermieter", "Radfahrer", "Touristen", "Roboter", "Clowns"],
@@ -281,6 +283,8 @@ class SyntheticMemeSource:
                         "image_concept": IMAGE_CONCEPTS[meme["scene"].concept][0],
                         "subject": SUBJECTS["en"][meme["subject"]],
                         "template": meme["template"],
+                        # what the meme shows: the picture's concept and the caption's subject (English), in that order
+                        "tags": [CONCEPT_TAGS[meme["scene"].concept], SUBJECTS["en"][meme["subject"]]],
                     },
                 )
 

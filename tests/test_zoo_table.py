@@ -54,5 +54,6 @@ def test_vlms_and_visual_bert_learn_the_rule():
     assert ROWS["vlm_head_qwen2_vl"]["val_mean_auroc"] >= 0.90
     assert ROWS["visual_bert"]["val_mean_auroc"] >= 0.90
     assert ROWS["vlm_head_gemma3"]["val_mean_auroc"] >= 0.85 and ROWS["vlm_head_smolvlm"]["val_mean_auroc"] >= 0.85
+    assert ROWS["vlm_verbalizer_qwen2_vl"]["val_mean_auroc"] >= 0.85
     for ablated in ("vlm_head_qwen2_vl_ablate_image", "vlm_head_qwen2_vl_ablate_text"):
         assert ROWS[ablated]["view"] != "fusion"  # held to the remaining modality's ceiling above

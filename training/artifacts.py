@@ -210,6 +210,8 @@ def export_culture(
     else:
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k.startswith("backbone.")}
         save_file(state, str(out / "model.safetensors"))
+        if merge:
+            _save_model_folder(model, out / "merged")
     if model.head_layers is not None:
         save_file(_head_slice(model, culture), str(out / "head.safetensors"))
     (out / "model_config.json").write_text(json.dumps(model_cfg, indent=1, ensure_ascii=False))
@@ -251,6 +253,18 @@ def _portable_adapter_config(path: Path, base: str) -> None:
     config = json.loads(path.read_text())
     config["base_model_name_or_path"] = base
     path.write_text(json.dumps(config, indent=2))
+
+
+def _save_model_folder(model: MemeClassifier, folder: Path) -> None:
+    """A fully fine-tuned VLM as a Transformers model folder (weights, config, processor): what `from_pretrained`,
+    and crossmod's `model.name_or_path`, load as a base."""
+    base = getattr(model.backbone, "_base", None)
+    if base is None:
+        raise ValueError(
+            "merge=true writes a model folder of a VLM run (LoRA merged in, or fully fine-tuned); this run's backbone is not one"
+        )
+    base().save_pretrained(folder, safe_serialization=True)
+    model.preprocessor.processor.save_pretrained(folder)
 
 
 def _merged_copy(backbone: Any) -> Any:

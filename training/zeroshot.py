@@ -82,6 +82,11 @@ def answer_all(
     """Answers of one prompt for every meme (Lightning's predict loop on the trainer's devices, every meme once):
     generation, parsed prediction, P(hate) from the first step."""
     preprocessor = model.preprocessor
+    if preprocessor.asked_heads:
+        raise ValueError(
+            "model.prompt.country=head asks each meme once per label head (a verbalizer's training setting); zero-shot "
+            "answers each meme once per prompt: use model.prompt.country=language or a country name"
+        )
     preprocessor.prompt = replace(preprocessor.prompt, index=prompt_index)
     preprocessor._option_ids.clear()
     answers = predict_in_order(trainer, GreedyAnswers(model, max_new_tokens), records, batch_size, preprocessor, num_workers)

@@ -179,12 +179,21 @@ class VLMClassifier(nn.Module):
     def forward(self, batch: dict[str, Any]) -> torch.Tensor | dict[str, torch.Tensor]:
         if self.mode == "generate":
             return self.answer_loss(batch)
+        asked = batch.get("asked_heads")
+        if asked and self.mode != "verbalizer":
+            raise ValueError(
+                "model.prompt.country=head asks each meme once per head, in that head's country: only the verbalizer "
+                "reads one answer per head (model.fusion.mode=verbalizer)"
+            )
         hidden = self.last_hidden(batch)
         if self.mode == "head":
             return hidden.float()
         logits = self._base().lm_head(hidden).float()
-        options = logits.gather(1, batch["option_ids"])  # (batch, [hate, other])
+        options = logits.gather(1, batch["option_ids"])  # (rows, [hate, other])
         log_odds = options[:, 0] - options[:, 1]
+        if asked:  # rows are meme-major: meme i's answer for head j is row i·len(asked) + j
+            per_head = log_odds.view(-1, len(asked))
+            return {head: per_head[:, asked.index(head)] for head in self.head_names}
         return {head: log_odds for head in self.head_names}
 
     def save_adapter(self, directory: str | Path) -> Path:

@@ -107,10 +107,13 @@ class VLMPreprocessor:
         self.source, self.family = processor, family_for(processor, family)
         self.processor = load_processor(processor, self.family, padding_side, min_pixels, max_pixels)
         self.prompt = PromptSpec(**prompt)
+        # country=head: each meme is asked once per head, in that head's country (rows meme-major, heads in this order)
+        self.asked_heads = list(self.heads) if self.prompt.country == "head" else []
+        self._countries: list[str | None] = self.prompt.countries_for_heads(self.asked_heads) if self.asked_heads else [None]
         self.image_size = image_size
         self._option_ids: dict[str, tuple[int, int]] = {}
         self._template_checked = False
-        self._chat({"text": "", "lang": "en"})  # a template the sandbox refuses stops here, in the main process, named
+        self._chat({"text": "", "lang": "en"}, self._countries[0])  # a template the sandbox refuses stops here, in the main process, named
 
     @property
     def needs(self) -> frozenset[str]:
@@ -136,8 +139,8 @@ class VLMPreprocessor:
     def _image(self, sample: dict[str, Any]) -> Image.Image:
         return meme_image(sample, self.image_size)
 
-    def _chat(self, sample: dict[str, Any]) -> str:
-        messages = self.prompt.message(sample["text"], sample.get("lang") or "en")
+    def _chat(self, sample: dict[str, Any], country: str | None = None) -> str:
+        messages = self.prompt.message(sample["text"], sample.get("lang") or "en", country)
         return render_chat(self.processor, self.source, messages)
 
     def length(self, sample: dict[str, Any]) -> int:
@@ -145,27 +148,31 @@ class VLMPreprocessor:
         sorts by this). With `image_size` set every meme's image expands to the same number of tokens, so
         this orders memes by their true length; with native sizes (`image_size: null`) the image part,
         which then varies, is not counted."""
-        return len(self.processor.tokenizer(self._chat(sample), add_special_tokens=False)["input_ids"])
+        chat = self._chat(sample, self._countries[0])
+        return len(self.processor.tokenizer(chat, add_special_tokens=False)["input_ids"]) * len(self._countries)
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         lang = sample.get("lang") or "en"
-        chat = self._chat(sample)
+        chats = [self._chat(sample, country) for country in self._countries]
         image = self._image(sample) if self.prompt.input != "caption" else None
         if image is not None and not self._template_checked:
+            chat = chats[0]
             if self.family.image_placeholder not in chat:
                 raise ValueError(
                     f"the chat template of {self.source!r} ({self.family.name}) wrote no image placeholder "
                     f"{self.family.image_placeholder!r}: the image would not reach the model. Rendered: {chat[:300]!r}"
                 )
             self._template_checked = True
-        return {"id": sample["id"], "labels": sample["labels"], "chat": chat, "image": image, "options": self.option_ids(lang)}
+        return {"id": sample["id"], "labels": sample["labels"], "chats": chats, "image": image, "options": self.option_ids(lang)}
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
-        images = [[f["image"]] for f in features] if features[0]["image"] is not None else None  # one image per chat
-        inputs = self.processor(
-            text=[f["chat"] for f in features], images=images, padding=True, add_special_tokens=False, return_tensors="pt"
-        )
+        """One row per chat: per meme, or per meme and head (meme-major) when each head is asked in its country."""
+        rows = [(f, chat) for f in features for chat in f["chats"]]
+        images = [[f["image"]] for f, _ in rows] if features[0]["image"] is not None else None  # one image per chat
+        inputs = self.processor(text=[chat for _, chat in rows], images=images, padding=True, add_special_tokens=False, return_tensors="pt")
         batch: dict[str, Any] = {"ids": [f["id"] for f in features], **inputs}
-        batch["option_ids"] = torch.tensor([f["options"] for f in features], dtype=torch.long)
+        batch["option_ids"] = torch.tensor([f["options"] for f, _ in rows], dtype=torch.long)
         batch["labels"] = label_tensors(features, self.heads)
+        if self.asked_heads:
+            batch["asked_heads"] = list(self.asked_heads)
         return batch

@@ -10,7 +10,9 @@ Prompt index = 2·question + order; which order lists Hate first is decided by `
 - `input`: `image` (IMG), `image_caption` (+CAPT: the caption line opens text 2), `caption` (no image; the
   text is otherwise unchanged, REFERENCE gives no separate wording for it).
 - `country`: `language` puts the meme language's country (`countries`) into the question, the study's three
-  different insertions (`country_questions`); any other string is inserted for every meme.
+  different insertions (`country_questions`); `head` asks every meme once per label head, each time in that
+  head's culture's country (`head_countries`: a verbalizer then answers for each culture in its own name);
+  any other string is inserted for every meme.
 - `native`: each meme gets its own language's prompt set (`native_sets`, the study's Figure 11) instead of the
   English one. A native set lists what differs from the English set (the `en` one only its caption line).
   The study gives the country questions in English only, so `native` with `country` is an error.
@@ -83,13 +85,15 @@ class PromptSpec:
     native_sets: dict[str, dict[str, Any]] = field(default_factory=dict)  # meme language → texts differing from English
     index: int = 0
     input: str = "image"
-    country: str | None = None  # None, "language" (the meme language's country) or a country name
+    country: str | None = None  # None, "language" (the meme language's country), "head" (each head's) or a country name
     native: bool = False
+    head_countries: dict[str, str] = field(default_factory=dict)  # head → country, for country="head"
 
     def __post_init__(self) -> None:
         self.english = dict(self.english)
         self.country_questions = [str(q) for q in self.country_questions]
         self.countries = {str(k): str(v) for k, v in dict(self.countries).items()}
+        self.head_countries = {str(k): str(v) for k, v in dict(self.head_countries).items()}
         self.native_sets = {str(lang): dict(texts or {}) for lang, texts in dict(self.native_sets).items()}
         self._sets: dict[str, PromptSet] = {}
         if not isinstance(self.native, bool):
@@ -120,16 +124,29 @@ class PromptSpec:
             self._sets[key, native] = PromptSet.from_config(key, texts)
         return self._sets[key, native]
 
+    def countries_for_heads(self, heads: list[str]) -> list[str]:
+        """With country="head": the country each head is asked in (one prompt per head and meme)."""
+        missing = [head for head in heads if head not in self.head_countries]
+        if missing:
+            raise ValueError(
+                f"model.prompt.country=head asks each head in its own country's name: no country for head(s) {missing} "
+                f"in model.prompt.head_countries (has {sorted(self.head_countries)})"
+            )
+        return [self.head_countries[head] for head in heads]
+
     def country_for(self, lang: str) -> str | None:
+        if self.country == "head":
+            raise ValueError("model.prompt.country=head: the country comes with each head (question(lang, country))")
         if self.country != "language":
             return self.country
         if lang not in self.countries:
             raise ValueError(f"model.prompt.country=language: no country for meme language {lang!r} in model.prompt.countries")
         return self.countries[lang]
 
-    def question(self, lang: str) -> str:
+    def question(self, lang: str, country: str | None = None) -> str:
+        """The question of this prompt for a meme in `lang`, naming `country` (default: as model.prompt.country says)."""
         number = self.index // 2
-        country = self.country_for(lang)
+        country = country or self.country_for(lang)
         if country:
             return self.country_questions[number].replace("{country}", country)
         return self.prompt_set(lang).questions[number]
@@ -139,10 +156,11 @@ class PromptSpec:
         texts = self.prompt_set(lang)
         return OptionSet.for_prompt(self.index, texts.letters, words=label_words(texts.language))
 
-    def message(self, text: str, lang: str) -> list[dict[str, Any]]:
+    def message(self, text: str, lang: str, country: str | None = None) -> list[dict[str, Any]]:
         """One user turn: definition + "\\n\\n" + question + meme prefix, [image], [caption line] + option block."""
         texts = self.prompt_set(lang)
-        content: list[dict[str, Any]] = [{"type": "text", "text": texts.definition + "\n\n" + self.question(lang) + texts.meme_prefix}]
+        question = self.question(lang, country)
+        content: list[dict[str, Any]] = [{"type": "text", "text": texts.definition + "\n\n" + question + texts.meme_prefix}]
         if self.input != "caption":
             content.append({"type": "image"})
         caption = texts.caption.replace("{caption}", text) if self.input != "image" else ""

@@ -36,6 +36,19 @@ def test_the_picture_says_nothing_about_the_subject():
     assert all(roles["original"] != roles["image_confounder"] for roles in caption.values())
 
 
+def test_tags_name_the_pictures_concept_and_the_captions_subject():
+    """meta.tags (the tag generator's target): the drawn shape with its colour, then the caption's subject in English."""
+    colours = {"red": (215, 35, 35), "blue": (35, 75, 215), "green": (30, 160, 50), "purple": (145, 50, 185)}
+    colours |= {"orange": (240, 140, 10), "teal": (10, 165, 175)}
+    for tag, (shape, rgb) in zip(synthetic.CONCEPT_TAGS, synthetic.IMAGE_CONCEPTS, strict=True):
+        assert tag.split() == [next(c for c, v in colours.items() if v == rgb), shape]
+    for sample in SyntheticMemeSource(num_groups=3, image_size=64):
+        concept, subject = sample.meta["tags"]
+        assert concept.endswith(sample.meta["image_concept"]) and subject == sample.meta["subject"]
+        index = synthetic.SUBJECTS["en"].index(subject)
+        assert synthetic.SUBJECTS[sample.lang][index] in sample.text
+
+
 def test_unknown_image_text_is_refused():
     with pytest.raises(ValueError, match="image_text must be one of"):
         SyntheticMemeSource(num_groups=1, image_text="subject")

@@ -228,6 +228,6 @@ def test_native_prompt_through_the_chat_template_and_verbalizer(tmp_path):
     model = build(tmp_path, f"model.name_or_path={tiny}", "model.prompt.native=true", "model.prompt.index=3", "model.fusion.lora=null")
     features = model.preprocessor({"id": "x", "text": CAPTION, "image": None, "labels": {}, "lang": "hi"})
     part1, part2 = expected(NATIVE["hi"], NATIVE["hi"].questions[1], 3, with_caption=False)
-    assert part1 + "<|vision_start|><|image_pad|><|vision_end|>" + part2 + "<|im_end|>\n<|im_start|>assistant\n" in features["chat"]
+    assert part1 + "<|vision_start|><|image_pad|><|vision_end|>" + part2 + "<|im_end|>\n<|im_start|>assistant\n" in features["chats"][0]
     tokenizer = model.preprocessor.processor.tokenizer
     assert [tokenizer.decode([i]) for i in features["options"]] == ["ख", "क"]

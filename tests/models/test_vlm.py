@@ -174,6 +174,38 @@ def test_verbalizer_scores_the_answer_options(tiny_vlms, tmp_path):
     assert batch_of(odd)["option_ids"].tolist() == [[b, a]] * 6  # prompt 1: b = Hate
 
 
+def test_country_per_head_verbalizer_answers_each_head_in_its_country(tiny_vlms, tmp_path):
+    """`model.prompt.country=head`: each meme is asked once per head, naming that head's country, and head h scores
+    exactly what the same model answers when every meme is asked in h's country alone (rows are not mixed up)."""
+    common = (f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.fusion.mode=verbalizer", "model.fusion.lora=null")
+    model = build(tmp_path, *common, "model.prompt.country=head", "model.prompt.index=2")
+    countries = model.preprocessor.prompt.head_countries
+    sample = {"id": "x", "text": "typical clowns", "image": None, "labels": {}, "lang": "de"}
+    chats = model.preprocessor(sample)["chats"]
+    assert [f"in {countries[h]}." in chat for h, chat in zip(model.heads, chats)] == [True] * len(model.heads)
+    batch = batch_of(model, size=3)
+    assert batch["input_ids"].shape[0] == 3 * len(model.heads) and batch["asked_heads"] == list(model.heads)
+    model.eval()
+    with torch.no_grad():
+        scores = model(batch)
+        for head in model.heads:
+            alone = build(tmp_path, *common, f"model.prompt.country={countries[head]}", "model.prompt.index=2")
+            alone.load_state_dict(model.state_dict())
+            torch.testing.assert_close(scores[head], alone(batch_of(alone, size=3))["US"], rtol=1e-5, atol=1e-5)
+    assert not torch.equal(scores["US"], scores["DE"])
+
+    from training.zeroshot import answer_all
+
+    with pytest.raises(ValueError, match="zero-shot answers each meme once per prompt"):
+        answer_all(None, model, [], prompt_index=0, batch_size=2, max_new_tokens=1)
+
+    head_mode = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.prompt.country=head")
+    with pytest.raises(ValueError, match="only the verbalizer reads one answer per head"):
+        head_mode(batch_of(head_mode, size=2))
+    with pytest.raises(Exception, match=r"no country for head\(s\) \[.{0,4}DE"):  # Hydra wraps (and escapes) the ValueError
+        build(tmp_path, *common, "model.prompt.country=head", "~model.prompt.head_countries.DE")
+
+
 def test_prompt_variants_render_through_the_chat_template(tiny_vlms, tmp_path):
     model = build(
         tmp_path,
@@ -183,14 +215,14 @@ def test_prompt_variants_render_through_the_chat_template(tiny_vlms, tmp_path):
         "model.prompt.country=language",
     )
     sample = {"id": "x", "text": "typical clowns", "image": None, "labels": {}, "lang": "de"}
-    chat = model.preprocessor(sample)["chat"]
+    chat = model.preprocessor(sample)["chats"][0]
     assert "<|vision_start|><|image_pad|><|vision_end|>" in chat and chat.endswith("<|im_start|>assistant\n")
     assert "answer if it is 'Hate Speech' or 'Non-Hate Speech' in Germany." in chat  # the study's country insertion of question 2
     assert "\nCaption inside the meme: 'typical clowns'\nChoose:\na: Non-hate\nb: Hate\n" in chat
 
     caption_only = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}", "model.prompt.input=caption")
     features = caption_only.preprocessor(sample)
-    assert "<|image_pad|>" not in features["chat"] and features["image"] is None
+    assert "<|image_pad|>" not in features["chats"][0] and features["image"] is None
     assert "pixel_values" not in caption_only.preprocessor.collate([features])
 
 

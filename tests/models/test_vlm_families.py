@@ -209,7 +209,7 @@ def test_the_template_writes_the_special_tokens_once(kind, folders, tmp_path):
     tokenizer = model.preprocessor.processor.tokenizer
     ids = model.preprocessor.collate([features])["input_ids"][0].tolist()
     if tokenizer.bos_token is not None:
-        assert ids.count(tokenizer.bos_token_id) == features["chat"].count(tokenizer.bos_token)
+        assert ids.count(tokenizer.bos_token_id) == features["chats"][0].count(tokenizer.bos_token)
 
 
 def test_a_template_that_drops_the_image_is_an_error(folders, tmp_path):

@@ -4,37 +4,92 @@ A tiny random VLM trained by `python train.py experiment=synthetic_vlm` (head mo
 ≥ 0.90; the same run with the image or the caption removed at load time (`data.ablate`) must
 fall to what the remaining modality allows (the generator's measured ceiling on the val split +
 CEILING_TOLERANCE). A bug that drops or misplaces the image tokens, reads the wrong position or trains the
-wrong weights fails here. Two more families must reach ≥ 0.85 in head mode.
+wrong weights fails here. Two more families must reach ≥ 0.85 in head mode. The verbalizer (answer-letter
+logits) must reach ≥ 0.85 from the head run's fine-tuned base (a random base does not learn it: the recipe says
+why), and the tag generator must write the memes' tags far better than the same model untrained.
 """
 
 from __future__ import annotations
 
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from scripts.zoo_table import TINY_VLM, val_ceiling
+from tests.conftest import ROOT, TrainRun, scaled
 from tests.training.test_synthetic_thresholds import CEILING_TOLERANCE
 
 pytestmark = pytest.mark.slow
 
 
-def _train(train_run, experiment: str, *overrides: str) -> tuple[dict, object]:
+def _train(train_run: TrainRun, experiment: str, *overrides: str) -> tuple[dict, Path]:
     train_run(f"experiment={experiment}", "seed=1234", "test=false", *overrides, timeout=1200)
     (run_dir,) = train_run.run_dirs(experiment)
     return train_run.metrics(run_dir), run_dir
 
 
-@pytest.mark.parametrize("ablate, view", [(None, None), ("image", "text_only"), ("text", "image_only")])
-def test_qwen2_vl_head_learns_the_rule_from_both_modalities(train_run, ablate, view):
-    metrics, run_dir = _train(train_run, "synthetic_vlm", *([f"data.ablate={ablate}"] if ablate else []))
-    score = metrics["best"]["val"]["mean"]["auroc"]
-    if ablate is None:
-        assert score >= 0.90
-        assert metrics["parameters"]["trained"] == metrics["parameters"]["total"]  # full fine-tuning, as the recipe says
-    else:
-        assert score <= val_ceiling(run_dir, view) + CEILING_TOLERANCE, (ablate, score)
+@pytest.fixture(scope="module")
+def qwen_head(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """`experiment=synthetic_vlm` trained once: its score, and its fine-tuned base for the verbalizer."""
+    return _train(TrainRun(data_dir, tmp_path_factory.mktemp("qwen-head")), "synthetic_vlm")
+
+
+def test_qwen2_vl_head_learns_the_rule(qwen_head):
+    metrics, _ = qwen_head
+    assert metrics["best"]["val"]["mean"]["auroc"] >= 0.90
+    assert metrics["parameters"]["trained"] == metrics["parameters"]["total"]  # full fine-tuning, as the recipe says
+
+
+# Epochs of the ablated runs: by then the full recipe is already far above either unimodal ceiling (checked below
+# on the shared head run), so an ablation that let the modality through would fail; the zoo has them at 6 epochs.
+ABLATION_EPOCHS = 2
+
+
+def _val_after(run_dir: Path, epochs: int) -> float:
+    """The run's val mean AUROC logged after `epochs` epochs (its CSV log)."""
+    (log,) = run_dir.glob("csv/**/metrics.csv")
+    rows = [row for row in csv.DictReader(log.open()) if row.get("val/mean/auroc")]
+    return float(rows[epochs - 1]["val/mean/auroc"])
+
+
+@pytest.mark.parametrize("ablate, view", [("image", "text_only"), ("text", "image_only")])
+def test_qwen2_vl_head_without_a_modality_falls_to_its_ceiling(qwen_head, train_run, ablate, view):
+    metrics, run_dir = _train(train_run, "synthetic_vlm", f"data.ablate={ablate}", f"trainer.max_epochs={ABLATION_EPOCHS}")
+    bound = val_ceiling(run_dir, view) + CEILING_TOLERANCE
+    assert metrics["best"]["val"]["mean"]["auroc"] <= bound, (ablate, metrics["best"]["val"]["mean"])
+    assert _val_after(qwen_head[1], ABLATION_EPOCHS) >= bound + 0.05  # with both modalities the same epochs pass it
 
 
 @pytest.mark.parametrize("kind", ["gemma3", "smolvlm"])
 def test_other_families_learn_the_rule_in_head_mode(train_run, kind):
-    metrics, _ = _train(train_run, "synthetic_vlm", TINY_VLM.format(kind=kind))
+    # 4 of the recipe's 6 epochs (the zoo has 6): 0.946 and 0.913 measured, well above the target
+    metrics, _ = _train(train_run, "synthetic_vlm", TINY_VLM.format(kind=kind), "trainer.max_epochs=4")
     assert metrics["best"]["val"]["mean"]["auroc"] >= 0.85, kind
+
+
+def test_verbalizer_learns_to_answer_from_the_head_runs_base(qwen_head, train_run):
+    """The recipe's two steps: export the head run's fine-tuned base as a model folder, train the verbalizer on it."""
+    _, head_run = qwen_head
+    export = [sys.executable, str(ROOT / "export.py"), f"run={head_run}", "culture=US", "merge=true", f"out={train_run.log_dir}/export"]
+    subprocess.run(export, cwd=ROOT, check=True, capture_output=True, text=True, timeout=scaled(300))
+    base = train_run.log_dir / "export" / "US" / "merged"
+    assert (base / "config.json").is_file() and (base / "model.safetensors").is_file()
+    metrics, _ = _train(train_run, "synthetic_vlm_verbalizer", f"model.name_or_path={base}")
+    assert metrics["best"]["val"]["mean"]["auroc"] >= 0.85
+
+
+def test_tag_generator_writes_the_tags_far_better_than_untrained(train_run):
+    """Tag similarity of the test memes' greedy tags, trained vs the same model with no training (side by side)."""
+    similarity = {}
+    for name, epochs in (("untrained", 0), ("trained", None)):
+        overrides = ["experiment=synthetic_tag_generator", "seed=1234", *([f"trainer.max_epochs={epochs}"] if epochs == 0 else [])]
+        train_run(*overrides, env={"CROSSMOD_RUN_ID": name}, timeout=1200)
+        run_dir = train_run.log_dir / "synthetic_tag_generator" / "runs" / name
+        similarity[name] = train_run.metrics(run_dir)["best"]["test"]["tags"]["similarity"]
+        rows = [json.loads(line) for line in (run_dir / "tags" / "test.jsonl").read_text().splitlines()]
+        assert len(rows) == train_run.metrics(run_dir)["best"]["test"]["tags"]["memes"]
+    assert similarity["trained"] >= 0.9 and similarity["trained"] - similarity["untrained"] >= 0.3, similarity
