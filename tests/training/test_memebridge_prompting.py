@@ -88,17 +88,14 @@ def raw(tmp_path_factory) -> Path:
     return write_memebridge(tmp_path_factory.mktemp("memebridge") / "raw")
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, data_dir, tiny_qwen, raw) -> dict[str, Path]:
-    """The three conditions in one Hydra multirun, as users launch them."""
-    log_dir = tmp_path_factory.mktemp("memebridge_runs")
+def memebridge(run_id: str, data_dir: Path, log_dir: Path, raw: Path, tiny_qwen: str, *overrides: str) -> subprocess.CompletedProcess:
+    """`python -m training.memebridge experiment=memebridge_prompting <overrides>` on the fixture, tiny sizes; must succeed."""
     command = [
         sys.executable,
         "-m",
         "training.memebridge",
-        "-m",
+        *(o for o in overrides if o.startswith("-")),  # Hydra's flags (-m) before the overrides
         "experiment=memebridge_prompting",
-        "condition=" + ",".join(CONDITIONS),
         f"paths.data_dir={data_dir}",
         f"paths.log_dir={log_dir}",
         f"data.raw_dir={raw}",
@@ -107,10 +104,19 @@ def runs(tmp_path_factory, data_dir, tiny_qwen, raw) -> dict[str, Path]:
         f"memebridge.embedding_model={MINILM}",
         "memebridge.max_new_tokens={mcq: 3, sentiment: 3, emotion: 4, explanation: 8}",
         "memebridge.batch_size=3",
+        *(o for o in overrides if not o.startswith("-")),
     ]
-    env = {**os.environ, "HYDRA_FULL_ERROR": "1", "CROSSMOD_RUN_ID": "mb", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1", "CROSSMOD_RUN_ID": run_id, "TOKENIZERS_PARALLELISM": "false"}
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data_dir, tiny_qwen, raw) -> dict[str, Path]:
+    """The three conditions in one Hydra multirun, as users launch them."""
+    log_dir = tmp_path_factory.mktemp("memebridge_runs")
+    result = memebridge("mb", data_dir, log_dir, raw, tiny_qwen, "-m", "condition=" + ",".join(CONDITIONS))
     found = {}
     for job in sorted((log_dir / "memebridge_prompting" / "multiruns" / "mb").glob("*_splits")):
         summary = json.loads((job / "memebridge" / "summary.json").read_text())
@@ -313,25 +319,7 @@ def test_the_converter_refuses_malformed_prompting_fields_naming_the_line(tmp_pa
 def test_two_processes_answer_exactly_what_one_does(runs, data_dir, tiny_qwen, raw, tmp_path):
     """`trainer=ddp_cpu` (2 processes, gloo): every question answered once by one rank, the answers gathered in
     order: the same answers.csv and scores as the single-process run of the condition; progress printed once."""
-    command = [
-        sys.executable,
-        "-m",
-        "training.memebridge",
-        "experiment=memebridge_prompting",
-        "condition=def",
-        f"paths.data_dir={data_dir}",
-        f"paths.log_dir={tmp_path}",
-        f"data.raw_dir={raw}",
-        f"model.name_or_path={tiny_qwen}",
-        "model.preprocessor.image_size=56",
-        f"memebridge.embedding_model={MINILM}",
-        "memebridge.max_new_tokens={mcq: 3, sentiment: 3, emotion: 4, explanation: 8}",
-        "memebridge.batch_size=3",
-        "trainer=ddp_cpu",
-    ]
-    env = {**os.environ, "HYDRA_FULL_ERROR": "1", "CROSSMOD_RUN_ID": "ddp", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    result = memebridge("ddp", data_dir, tmp_path, raw, tiny_qwen, "condition=def", "trainer=ddp_cpu")
     assert "MEMBER: 2/2" in result.stdout + result.stderr and result.stdout.count("[memebridge] mcq:") == 1
     two = tmp_path / "memebridge_prompting" / "runs" / "ddp" / "memebridge"
     assert read_answers(two) == read_answers(runs["def"])
