@@ -26,8 +26,10 @@ constraints:
 train: $(STAMP)
 	$(PY) train.py $(ARGS)
 
+# One pytest worker per core, at most 4 (TEST_WORKERS=1: one process); a module's tests stay on one worker (its fixtures run once).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
 test: $(STAMP)
-	$(PY) -m pytest -m "not gpu" $(ARGS)
+	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # The other end of setup.cfg's ranges: .venv-floor gets the oldest verified release of each key dependency
 # (constraints-floor.txt, each pin equal to its floor in setup.cfg; everything else resolves to the newest release that

@@ -126,6 +126,13 @@ class MemeClassifier(L.LightningModule):
         if after_build is not None:
             after_build(self)
 
+    def teardown(self, stage: str) -> None:
+        """Say what the vision cache did in this stage (read, encoded, written) and what its folder holds."""
+        cache = getattr(self.backbone, "vision_cache", None)
+        if cache is not None:
+            rank_zero_info(f"[{getattr(stage, 'value', stage)}] {cache.report()}")  # Lightning passes its TrainerFn
+            cache.store.stats.reset()
+
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Logits per head: a fusion returns features for the shared head layers, or (late fusion) logits itself."""
         output = self.backbone(batch)

@@ -17,6 +17,44 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_SCALE = float(os.environ.get("CROSSMOD_TEST_TIMEOUT_SCALE", "3"))
 
 
+# Under pytest-xdist (make test) the workers share the cores: each worker, and every training subprocess it starts,
+# computes on its share. Left at torch's default (one thread per core) every process spins OpenMP threads on cores
+# the other worker holds, and a training ran 2–3× slower than alone.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(_threads)
+    import torch
+
+    torch.set_num_threads(_threads)
+
+# Modules that take minutes (trainings, the cluster, every benchmark at once) go to the workers first, so the short
+# modules fill in around them and no worker is left running a long one alone at the end (longest first).
+LONG_MODULES = (
+    "tests/training/test_vlm_learns.py",
+    "tests/training/test_synthetic_thresholds.py",
+    "tests/slurm/test_local_cluster.py",
+    "tests/test_bench_smoke.py",
+    "tests/training/test_zero3.py",
+    "tests/training/test_zero3_families.py",
+    "tests/training/test_zero3_inference.py",
+    "tests/training/test_sweeps.py",
+    "tests/training/test_predict_ocr.py",
+    "tests/training/test_culture_transfer_cv.py",
+    "tests/training/test_export_predict.py",
+    "tests/training/test_evaluate.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Long modules first, in LONG_MODULES' order; every other test keeps its place (a stable sort)."""
+    rank = {module: i for i, module in enumerate(LONG_MODULES)}
+
+    def key(item: pytest.Item) -> int:
+        return rank.get(Path(str(item.path)).relative_to(ROOT).as_posix(), len(rank))
+
+    items.sort(key=key)
+
+
 def scaled(seconds: float) -> float:
     """A subprocess timeout with the suite's margin for a loaded machine."""
     return seconds * TIMEOUT_SCALE

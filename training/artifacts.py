@@ -193,6 +193,9 @@ def export_culture(
             **json.loads(json.dumps(dict(model.hparams), default=str)),
         }
     )
+    # Where the training machine kept its image features is not the exported model's business: an export scores each
+    # meme once, so it runs the tower (models/vlm/cached_vision.py)
+    (model_cfg.get("fusion") or {}).pop("vision_cache_dir", None)
     for note in portable_bases(model_cfg, out, ship_base_mb):
         print(f"[export] {culture}: {note}")
     leaks = absolute_paths(model_cfg)

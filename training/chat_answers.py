@@ -14,11 +14,13 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
 from torch import nn
 
 from models.sharding import is_zero3, tell_transformers, zero3_config
-from models.vlm.preprocess import meme_image
+from models.vlm.cached_vision import CachedVision
+from models.vlm.preprocess import image_key, meme_image, pixel_settings
 from training.scoring import predict_in_order
 
 
@@ -29,6 +31,7 @@ class ChatBatches:
     def __init__(self, processor: Any, image_size: int | None, images_required: bool) -> None:
         self.processor, self.image_size, self.images_required = processor, image_size, images_required
         self.processor.tokenizer.padding_side = "left"  # generation continues from the last position of every row
+        self._pixel_settings = pixel_settings(processor, image_size)
 
     def _image(self, meme: dict[str, Any]) -> Image.Image:
         if self.images_required and meme.get("image") is None:
@@ -36,7 +39,8 @@ class ChatBatches:
         return meme_image(meme, self.image_size)
 
     def __call__(self, item: dict[str, Any]) -> dict[str, Any]:
-        return {"chat": item["chat"], "images": [self._image(meme) for meme in item["memes"]]}
+        images = [self._image(meme) for meme in item["memes"]]
+        return {"chat": item["chat"], "images": images, "image_keys": [image_key(self._pixel_settings, meme) for meme in item["memes"]]}
 
     def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
         batch = self.processor(
@@ -46,7 +50,7 @@ class ChatBatches:
             add_special_tokens=False,
             return_tensors="pt",
         )
-        return dict(batch)
+        return {**batch, "image_keys": [item["image_keys"] for item in items]}  # per row, its images' cache keys in order
 
 
 def answer_lengths(generated: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
@@ -62,9 +66,18 @@ class GreedyChatAnswers(L.LightningModule):
     `model`: a module with `configure_model` (built by Lightning inside the strategy's init context) and `generator`
     the Transformers model that generates, taken from it once built."""
 
-    def __init__(self, model: nn.Module, generator: Callable[[nn.Module], Any], tokenizer: Any, max_new_tokens: int) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        generator: Callable[[nn.Module], Any],
+        tokenizer: Any,
+        max_new_tokens: int,
+        vision_cache: Callable[[nn.Module], CachedVision | None] | None = None,
+    ) -> None:
+        """`vision_cache`: the built model's cached-features path (models/vlm/cached_vision.py), or None."""
         super().__init__()
         self.model, self.generator, self.tokenizer, self.max_new_tokens = model, generator, tokenizer, max_new_tokens
+        self.vision_cache = vision_cache
 
     def configure_model(self) -> None:
         config = zero3_config(self.trainer.strategy)
@@ -72,9 +85,18 @@ class GreedyChatAnswers(L.LightningModule):
             self._transformers_zero3 = tell_transformers(config)
         self.model.configure_model()
 
+    def teardown(self, stage: str) -> None:
+        cache = self.vision_cache(self.model) if self.vision_cache is not None and self.model is not None else None
+        if cache is not None:
+            rank_zero_info(f"[{getattr(stage, 'value', stage)}] {cache.report()}")
+            cache.store.stats.reset()
+
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         generator = self.generator(self.model)
         inputs = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and k != "index"}
+        cache = self.vision_cache(self.model) if self.vision_cache is not None else None
+        if cache is not None:
+            inputs = cache.inputs(generator.model, inputs, batch.get("image_keys"))
         sequences = generator.generate(
             **inputs,
             max_new_tokens=self.max_new_tokens,

@@ -278,6 +278,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         batch_size=int(settings.batch_size),
         max_new_tokens=int(settings.max_new_tokens),
         num_workers=int(settings.get("num_workers", 0)),
+        vision_cache=model_cfg.fusion.get("vision_cache", "auto"),
+        vision_cache_dir=model_cfg.fusion.get("vision_cache_dir"),
     )
     session = FewShotRun(table, generator, prompt, int(cfg.seed))
     results, searches, counts = [], [], {}

@@ -18,9 +18,11 @@ import lightning as L
 from torch import nn
 
 from evaluation.fewshot_scores import STAGE_CLASSES, STAGE_HEADS
+from models.vlm.cached_vision import CachedVision
 from models.vlm.classifier import resolve_attn_implementation, resolve_dtype
 from models.vlm.families import family_for
 from models.vlm.preprocess import render_chat
+from models.vlm.vision_cache import VisionFeatureStore
 from training.chat_answers import ChatBatches, GreedyChatAnswers, answer_chats
 
 
@@ -104,7 +106,10 @@ class FewShotGenerator:
         batch_size: int = 4,
         max_new_tokens: int = 30,
         num_workers: int = 0,
+        vision_cache: bool | str = "auto",
+        vision_cache_dir: str | None = None,
     ) -> None:
+        """`vision_cache`/`vision_cache_dir`: as `model.fusion`'s; the base is frozen, so `auto` caches whenever a folder is set."""
         from transformers import AutoProcessor
 
         self.family, self.source = family_for(name_or_path, family), name_or_path
@@ -118,8 +123,17 @@ class FewShotGenerator:
             size.update({k: v for k, v in (("shortest_edge", min_pixels), ("longest_edge", max_pixels)) if v is not None})
             self.processor.image_processor.size = size
         self.batches = ChatBatches(self.processor, image_size, images_required=True)
+        cache = None
+        if vision_cache is not False and vision_cache_dir:
+            cache = CachedVision(VisionFeatureStore.open(vision_cache_dir, name_or_path, self.family.name, resolve_dtype(dtype)))
+        elif vision_cache is True:
+            raise ValueError("model.fusion.vision_cache=true needs model.fusion.vision_cache_dir")
         self.module = GreedyChatAnswers(
-            PretrainedVLM(name_or_path, dtype, attn_implementation), lambda vlm: vlm.model, self.processor.tokenizer, max_new_tokens
+            PretrainedVLM(name_or_path, dtype, attn_implementation),
+            lambda vlm: vlm.model,
+            self.processor.tokenizer,
+            max_new_tokens,
+            vision_cache=lambda _: cache,
         )
         self.trainer, self.batch_size, self.num_workers = trainer, batch_size, num_workers
 

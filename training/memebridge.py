@@ -91,7 +91,11 @@ def answer_all(trainer: L.Trainer, model: Any, records: list[dict[str, Any]], as
                 f"the image would not reach the model. Rendered: {chats[0][:300]!r}"
             )
         module = GreedyChatAnswers(
-            model, lambda built: built.backbone._base(), preprocessor.processor.tokenizer, settings.max_new_tokens[task]
+            model,
+            lambda built: built.backbone._base(),
+            preprocessor.processor.tokenizer,
+            settings.max_new_tokens[task],
+            vision_cache=lambda built: built.backbone.vision_cache,
         )
         items = [{"chat": chat, "memes": [by_id[entry["id"]]]} for entry, chat in zip(entries, chats)]
         answers = answer_chats(trainer, module, items, batches, settings.batch_size, settings.get("num_workers", 0))

@@ -47,9 +47,12 @@ class GreedyAnswers(L.LightningModule):
         model never whole on one rank); a model built already stays as it is."""
         self.model.configure_model()
 
+    def teardown(self, stage: str) -> None:
+        self.model.teardown(stage)  # the vision cache's line
+
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         tokenizer = self.model.preprocessor.processor.tokenizer
-        inputs = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and k not in ("option_ids", "index")}
+        inputs = self.model.backbone.inputs_for({k: v for k, v in batch.items() if k != "index"})  # cached image features when on
         out = self.model.backbone._base().generate(
             **inputs,
             max_new_tokens=self.max_new_tokens,

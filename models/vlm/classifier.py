@@ -25,12 +25,14 @@ from transformers import AutoModelForImageTextToText
 
 from datamodules.heads import HeadSpecs, parse_heads
 from models.activation_checkpointing import enable_activation_checkpointing
+from models.vlm.cached_vision import CachedVision, cache_refusal
 from models.vlm.families import family_for
+from models.vlm.vision_cache import VisionFeatureStore
 
 log = logging.getLogger(__name__)
 
 # Batch entries that are not model inputs; every other tensor the family's processor returned is passed on.
-NOT_MODEL_INPUTS = frozenset({"ids", "labels", "option_ids"})
+NOT_MODEL_INPUTS = frozenset({"ids", "labels", "option_ids", "image_keys"})
 
 
 def resolve_attn_implementation(requested: str) -> str:
@@ -107,10 +109,15 @@ class VLMClassifier(nn.Module):
         family: str | dict[str, Any] | None = "auto",
         quantization: str | None = None,
         full_finetune: bool = False,
+        vision_cache: bool | str = "auto",
+        vision_cache_dir: str | None = None,
     ) -> None:
         """`family`: `auto` (by the checkpoint's model_type), a family name, or a family row's fields.
         `full_finetune`: every language-model weight trains (no LoRA; the tower too unless `freeze_vision`),
-        for bases whose frozen weights hold nothing worth adapting, such as the tiny random ones."""
+        for bases whose frozen weights hold nothing worth adapting, such as the tiny random ones.
+        `vision_cache`: keep each image's projected features in `vision_cache_dir` and run the tower once per
+        image (models/vlm/cached_vision.py); `auto` uses it whenever the features are a fixed function of the
+        image and says why not otherwise, `true` refuses to run without it, `false` never uses it."""
         super().__init__()
         if mode not in ("head", "verbalizer", "generate"):
             raise ValueError(f"vlm mode must be 'head', 'verbalizer' or 'generate', got {mode!r}")
@@ -143,7 +150,16 @@ class VLMClassifier(nn.Module):
         if lora:
             from peft import LoraConfig, get_peft_model
 
-            config = LoraConfig(target_modules=self.family.targets(target_modules, vision_lora), bias="none", **lora)
+            if vision_lora and not freeze_vision:
+                raise ValueError(
+                    "model.fusion.vision_lora=true adapts a frozen vision tower; freeze_vision=false trains the whole tower: choose one"
+                )
+            # PEFT freezes every weight that is not LoRA's: a tower that trains is one of its `modules_to_save`, so it
+            # trains and its weights travel inside the adapter (a culture adapter without them would score another model)
+            to_save = None if freeze_vision else self.family.vision_modules()
+            config = LoraConfig(
+                target_modules=self.family.targets(target_modules, vision_lora), modules_to_save=to_save, bias="none", **lora
+            )
             model = get_peft_model(model, config)
             if gradient_checkpointing:
                 # Transformers' checkpointing and PEFT both make the input embeddings' outputs require grad; in
@@ -153,24 +169,52 @@ class VLMClassifier(nn.Module):
                 model.get_base_model().disable_input_require_grads()
             _initialise_partitioned_lora(model, config.init_lora_weights)
         self.model = model
+        self.vision_cache = self._vision_cache(vision_cache, vision_cache_dir, name_or_path, dtype, vision_lora)
         self.output_dim = model.config.get_text_config().hidden_size if mode == "head" else None
+
+    def _vision_cache(
+        self, requested: bool | str, directory: str | None, name_or_path: str, dtype: str, vision_lora: bool
+    ) -> CachedVision | None:
+        """The cached-features path, or None (with the reason logged for `auto`, raised for `true`)."""
+        if requested not in (True, False, "auto"):
+            raise ValueError(f"model.fusion.vision_cache must be true, false or auto, got {requested!r}")
+        if requested is False:
+            return None
+        reason = cache_refusal(self._base(), self.family, vision_lora)
+        if reason is None and not directory:
+            reason = "model.fusion.vision_cache_dir is not set"
+        if reason is not None:
+            if requested is True:
+                raise ValueError(f"model.fusion.vision_cache=true, but the image features cannot be cached: {reason}")
+            log.info("vision cache off: %s", reason)
+            return None
+        store = VisionFeatureStore.open(directory, name_or_path, self.family.name, resolve_dtype(dtype))
+        log.info("vision cache: %s", store.folder)
+        return CachedVision(store)
+
+    def inputs_for(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The batch's model inputs, image features from the cache in place of pixels when it is on."""
+        inputs = model_inputs(batch)
+        if self.vision_cache is None:
+            return inputs
+        return self.vision_cache.inputs(self._base().model, inputs, batch.get("image_keys"))
 
     def _base(self) -> nn.Module:
         """The ForConditionalGeneration model (inside the PEFT wrapper when there is one)."""
         return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
 
     def last_hidden(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        hidden = self._base().model(**model_inputs(batch)).last_hidden_state  # no LM head over every position
+        hidden = self._base().model(**self.inputs_for(batch)).last_hidden_state  # no LM head over every position
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         return hidden[rows, last_token_index(batch["attention_mask"])]
 
     def answer_loss(self, batch: dict[str, Any]) -> torch.Tensor:
         """Mean cross-entropy over the answer tokens (`batch["answer"]["labels"]`: -100 on prompt, image and padding)."""
-        return self._base()(**model_inputs(batch), labels=batch["answer"]["labels"]).loss
+        return self._base()(**self.inputs_for(batch), labels=batch["answer"]["labels"]).loss
 
     def generate(self, batch: dict[str, Any], max_new_tokens: int, pad_token_id: int | None, synced_gpus: bool = False) -> torch.Tensor:
         """Greedy continuations of left-padded prompts: the new tokens only (rows end in padding after their end of turn)."""
-        inputs = model_inputs(batch)
+        inputs = self.inputs_for(batch)
         sequences = self._base().generate(
             **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_token_id, synced_gpus=synced_gpus
         )

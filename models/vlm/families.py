@@ -54,6 +54,10 @@ class VLMFamily:
             pattern = rf"(?:{pattern})|(?:{self.vision_layers}\.\d+\..*\.({'|'.join(self.vision_linear)}))"
         return pattern
 
+    def vision_modules(self) -> list[str]:
+        """Module names of the vision encoder and the projector (the family's patterns are plain dotted paths)."""
+        return [re.sub(r"\\(.)", r"\1", p) for p in (self.vision_tower, self.projector) if p]
+
     def is_vision(self, parameter: str) -> bool:
         """Whether a parameter belongs to the vision encoder or the projector (what `freeze_vision=false` trains)."""
         roots = "|".join(p for p in (self.vision_tower, self.projector) if p)

@@ -13,7 +13,9 @@ verbalizer read the last real token either way) and carry each item's answer-opt
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,19 @@ def render_chat(processor: Any, source: str, messages: list[dict[str, Any]], add
         ) from None
 
 
+def pixel_settings(processor: Any, image_size: int | None) -> bytes:
+    """Every setting that changes the pixels an image becomes (the image processor's own and the meme resize),
+    as bytes that start each image's vision-cache key."""
+    settings = {"image_processor": json.loads(processor.image_processor.to_json_string()), "image_size": image_size}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).digest()
+
+
+def image_key(settings: bytes, sample: dict[str, Any]) -> str:
+    """The vision-cache key of a meme's image: its bytes (or the placeholder's marker) under these pixel settings."""
+    data = sample.get("image")
+    return hashlib.sha256(settings + (b"grey placeholder" if data is None else b"image:" + data)).hexdigest()
+
+
 def meme_image(sample: dict[str, Any], image_size: int | None = 512) -> Image.Image:
     """The meme's image as RGB, resized to `image_size` squared (None: as found); a grey placeholder when it has none."""
     size = (image_size or 512,) * 2
@@ -111,6 +126,7 @@ class VLMPreprocessor:
         self.asked_heads = list(self.heads) if self.prompt.country == "head" else []
         self._countries: list[str | None] = self.prompt.countries_for_heads(self.asked_heads) if self.asked_heads else [None]
         self.image_size = image_size
+        self._pixel_settings = pixel_settings(self.processor, image_size)
         self._option_ids: dict[str, tuple[int, int]] = {}
         self._template_checked = False
         self._chat({"text": "", "lang": "en"}, self._countries[0])  # a template the sandbox refuses stops here, in the main process, named
@@ -163,7 +179,15 @@ class VLMPreprocessor:
                     f"{self.family.image_placeholder!r}: the image would not reach the model. Rendered: {chat[:300]!r}"
                 )
             self._template_checked = True
-        return {"id": sample["id"], "labels": sample["labels"], "chats": chats, "image": image, "options": self.option_ids(lang)}
+        key = image_key(self._pixel_settings, sample) if image is not None else None
+        return {
+            "id": sample["id"],
+            "labels": sample["labels"],
+            "chats": chats,
+            "image": image,
+            "image_key": key,
+            "options": self.option_ids(lang),
+        }
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         """One row per chat: per meme, or per meme and head (meme-major) when each head is asked in its country."""
@@ -171,6 +195,8 @@ class VLMPreprocessor:
         images = [[f["image"]] for f, _ in rows] if features[0]["image"] is not None else None  # one image per chat
         inputs = self.processor(text=[chat for _, chat in rows], images=images, padding=True, add_special_tokens=False, return_tensors="pt")
         batch: dict[str, Any] = {"ids": [f["id"] for f in features], **inputs}
+        if images is not None:
+            batch["image_keys"] = [[f["image_key"]] for f, _ in rows]  # per row, its images' cache keys in order
         batch["option_ids"] = torch.tensor([f["options"] for f, _ in rows], dtype=torch.long)
         batch["labels"] = label_tensors(features, self.heads)
         if self.asked_heads:

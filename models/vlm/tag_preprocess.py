@@ -23,7 +23,7 @@ from PIL import Image
 
 from datamodules.heads import HeadSpecs, label_tensors, parse_heads
 from models.vlm.families import family_for
-from models.vlm.preprocess import load_processor, meme_image, render_chat
+from models.vlm.preprocess import image_key, load_processor, meme_image, pixel_settings, render_chat
 
 TAG_SEPARATOR = ", "
 IGNORE = -100  # the label the loss skips
@@ -98,6 +98,7 @@ class TagPreprocessor:
         self.source, self.family = processor, family_for(processor, family)
         self.processor = load_processor(processor, self.family, "left", min_pixels, max_pixels)
         self.prompt, self.image_size, self.max_length = prompt, image_size, int(max_length)
+        self._pixel_settings = pixel_settings(self.processor, image_size)
         self._template_checked = False
 
     @property
@@ -159,6 +160,7 @@ class TagPreprocessor:
             "labels": sample["labels"],
             "chat": full,
             "image": self._image(sample),
+            "image_key": image_key(self._pixel_settings, sample),
             "answer_ids": full_ids[len(prompt_ids) :],
             "gold_tags": gold,
         }
@@ -201,5 +203,6 @@ class TagPreprocessor:
             **inputs,
             "answer": {"labels": labels, "lengths": lengths, "truncated": int((cuts > 0).sum())},
             "gold_tags": [f["gold_tags"] for f in features],
+            "image_keys": [[f["image_key"]] for f in features],
             "labels": label_tensors(features, self.heads),
         }

@@ -27,9 +27,8 @@ VERSIONS = ("qwen2_vl", "qwen2_5_vl")
 
 
 @pytest.fixture(scope="module")
-def tiny_vlms(tmp_path_factory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("vlm")
-    return {version: tiny_vlm(str(root / version), version) for version in VERSIONS}
+def tiny_vlms(data_dir) -> dict[str, str]:
+    return {version: tiny_vlm(str(data_dir / "assets" / f"tiny-{version}-synthetic"), version) for version in VERSIONS}
 
 
 def build(tmp_path: Path, *overrides: str) -> MemeClassifier:
@@ -318,3 +317,27 @@ def test_scores_and_trains_with_every_parameter_in_bf16(mode, tiny_vlms, tmp_pat
     loss = model._loss(logits, batch["labels"])
     loss.backward()
     assert any(p.grad is not None for n, p in model.named_parameters() if "lora_" in n)
+
+
+def test_a_trained_tower_trains_beside_lora_and_travels_in_the_adapter(tiny_vlms, tmp_path):
+    """PEFT freezes every weight that is not LoRA's: `freeze_vision=false` makes the tower and projector PEFT's
+    `modules_to_save`, so they train and the exported adapter holds them (a fresh base with it scores the same)."""
+    folder = f"model.name_or_path={tiny_vlms['qwen2_vl']}"
+    model = build(tmp_path, folder, "model.fusion.freeze_vision=false")
+    tower = {n for n, p in model.named_parameters() if p.requires_grad and ".visual." in n and "lora_" not in n}
+    assert tower and model.backbone.vision_cache is None
+    batch = batch_of(model)
+    optimizer = torch.optim.AdamW(model.parameter_groups(), lr=5e-3)
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss_of(model, batch).backward()
+        optimizer.step()
+    exported = model.export_adapter(tmp_path / "adapter")
+    fresh = build(tmp_path, folder, "model.fusion.lora=null")
+    model.eval(), fresh.eval()
+    with torch.no_grad():
+        fresh.load_adapter(exported)
+        for head, logits in model(batch).items():
+            torch.testing.assert_close(fresh(batch)[head], logits, rtol=0, atol=0)
+    with pytest.raises(Exception, match="vision_lora=true adapts a frozen vision tower"):
+        build(tmp_path, folder, "model.fusion.freeze_vision=false", "model.fusion.vision_lora=true")

@@ -41,9 +41,9 @@ VISION_BLOCKS = {
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("vlm_families")
-    return {kind: tiny_vlm(str(root / kind), kind) for kind in KINDS}
+def folders(data_dir) -> dict[str, str]:
+    """The session's tiny folders (tests/training's zero-shot and ZeRO-3 family tests build the same ones)."""
+    return {kind: tiny_vlm(str(data_dir / "assets" / f"tiny-{kind}-synthetic"), kind) for kind in KINDS}
 
 
 def build(tmp_path: Path, folder: str, *overrides: str) -> MemeClassifier:

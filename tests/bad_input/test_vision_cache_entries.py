@@ -1,0 +1,119 @@
+"""The vision cache's files are data someone else may have written: an entry is written once and never replaced,
+and one that is damaged, renamed, crafted or linked elsewhere is refused, naming the file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from datamodules.cache_files import LinkedCachePath
+from models.vlm import vision_cache
+from models.vlm.vision_cache import DamagedCacheEntry, VisionFeatureStore
+
+KEY = hashlib.sha256(b"meme").hexdigest()
+OTHER = hashlib.sha256(b"another meme").hexdigest()
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    folder = tmp_path / "base"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2_vl"}))
+    save_file({"w": torch.ones(2, 2)}, str(folder / "model.safetensors"))
+    return folder
+
+
+def store_of(root: Path, checkpoint: Path, dtype: torch.dtype = torch.float32) -> VisionFeatureStore:
+    return VisionFeatureStore.open(root, str(checkpoint), "qwen2_vl", dtype)
+
+
+def entry() -> dict[str, torch.Tensor]:
+    return {"image": torch.arange(12, dtype=torch.float32).reshape(3, 4) / 7}
+
+
+def test_an_entry_is_written_once_and_read_back(tmp_path, checkpoint):
+    store = store_of(tmp_path / "cache", checkpoint)
+    store.put(KEY, entry(), as_tensor=False)
+    first = os.stat(store.path(KEY))
+    store.put(KEY, {"image": torch.zeros(3, 4)}, as_tensor=False)  # a second writer (another rank) changes nothing
+    assert (store.stats.writes, store.stats.already_written) == (1, 1)
+    assert os.stat(store.path(KEY)).st_ino == first.st_ino
+    tensors, as_tensor = store.get(KEY)
+    assert torch.equal(tensors["image"], entry()["image"]) and as_tensor is False
+    assert store.get(OTHER) is None
+    assert not list(store.path(KEY).parent.glob(".*.partial"))
+
+
+def test_the_namespace_follows_the_weights_and_the_dtype(tmp_path, checkpoint):
+    root = tmp_path / "cache"
+    first = store_of(root, checkpoint).namespace
+    assert store_of(root, checkpoint).namespace == first  # the memo of file digests gives the same answer
+    assert store_of(root, checkpoint, torch.bfloat16).namespace != first
+    save_file({"w": torch.full((2, 2), 2.0)}, str(checkpoint / "model.safetensors"))  # new weights, same names
+    assert store_of(root, checkpoint).namespace != first
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("truncate", "not a readable vision cache entry"),
+        ("flip", "do not match the checksum"),
+        ("rename", "header names"),
+        ("nan", "non-finite"),
+        ("dtype", "not \\(tokens, hidden\\) in torch.float32"),
+        ("extra", "not image features"),
+    ],
+)
+def test_a_damaged_or_crafted_entry_is_refused_naming_the_file(damage, message, tmp_path, checkpoint):
+    store = store_of(tmp_path / "cache", checkpoint)
+    store.put(KEY, entry(), as_tensor=False)
+    path = store.path(KEY)
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) - 5])
+    elif damage == "flip":
+        path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    elif damage == "rename":  # another image's entry put under this image's name
+        store.put(OTHER, entry(), as_tensor=False)
+        os.replace(store.path(OTHER), path)
+    else:  # crafted with a valid checksum of its own
+        tensors = {
+            "nan": {"image": torch.full((3, 4), float("nan"))},
+            "dtype": {"image": torch.ones(3, 4, dtype=torch.float64)},
+            "extra": {"image": torch.ones(3, 4), "pickle": torch.ones(1, 1)},
+        }[damage]
+        meta = {"format": vision_cache.FORMAT, "key": KEY, "namespace": store.namespace, "layout": "sequence"}
+        meta["sha256"] = vision_cache._tensor_checksum(tensors)
+        save_file(tensors, str(path), metadata=meta)
+    fresh = store_of(tmp_path / "cache", checkpoint)  # a new process: nothing verified yet
+    with pytest.raises(DamagedCacheEntry, match=message) as error:
+        fresh.get(KEY)
+    assert str(path) in str(error.value) and "delete it" in str(error.value)
+
+
+def test_links_planted_in_the_cache_are_refused(tmp_path, checkpoint):
+    store = store_of(tmp_path / "cache", checkpoint)
+    outside = tmp_path / "outside.safetensors"
+    save_file({"image": torch.ones(3, 4)}, str(outside))
+    store.path(KEY).parent.mkdir(parents=True)
+    store.path(KEY).symlink_to(outside)
+    with pytest.raises(LinkedCachePath, match="symbolic link"):
+        store.get(KEY)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    store.path(OTHER).parent.symlink_to(elsewhere)  # a folder link would redirect the write
+    with pytest.raises(LinkedCachePath, match="symbolic link"):
+        store.put(OTHER, entry(), as_tensor=False)
+    assert not list(elsewhere.iterdir())
+
+
+def test_a_key_must_be_a_digest(tmp_path, checkpoint):
+    store = store_of(tmp_path / "cache", checkpoint)
+    with pytest.raises(ValueError, match="not a sha256 hex digest"):
+        store.path("../../etc/passwd")
