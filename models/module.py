@@ -132,6 +132,7 @@ class MemeClassifier(L.LightningModule):
         if cache is not None:
             rank_zero_info(f"[{getattr(stage, 'value', stage)}] {cache.report()}")  # Lightning passes its TrainerFn
             cache.store.stats.reset()
+            cache.close()
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Logits per head: a fusion returns features for the shared head layers, or (late fusion) logits itself."""

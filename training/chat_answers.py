@@ -90,6 +90,7 @@ class GreedyChatAnswers(L.LightningModule):
         if cache is not None:
             rank_zero_info(f"[{getattr(stage, 'value', stage)}] {cache.report()}")
             cache.store.stats.reset()
+            cache.close()
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         generator = self.generator(self.model)

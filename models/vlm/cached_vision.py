@@ -67,10 +67,19 @@ class CachedVision:
         import torch.distributed as dist
 
         if self._group is None:  # every rank reaches its first forward together (sharded forwards are collectives)
-            self._group = dist.new_group(backend="gloo")
+            # the default group when it is gloo already (CPU); beside NCCL a gloo group of our own, closed at teardown
+            self._group = "default" if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         missing = torch.tensor([0 if all_stored else 1])
-        dist.all_reduce(missing, op=dist.ReduceOp.MAX, group=self._group)
+        dist.all_reduce(missing, op=dist.ReduceOp.MAX, group=None if self._group == "default" else self._group)
         return int(missing.item()) == 0
+
+    def close(self) -> None:
+        """Release the gloo group (a process group left to interpreter exit can abort it: its threads are still joinable)."""
+        import torch.distributed as dist
+
+        group, self._group = self._group, None
+        if group not in (None, "default") and dist.is_initialized():
+            dist.destroy_process_group(group)
 
     def inputs(self, base: nn.Module, inputs: dict[str, torch.Tensor], image_keys: Sequence[Sequence[str]] | None) -> dict[str, Any]:
         """The model inputs with the images' features in place of their pixels (unchanged when the batch shows no image)."""
