@@ -130,9 +130,7 @@ class MemeClassifier(L.LightningModule):
         """Say what the vision cache did in this stage (read, encoded, written) and what its folder holds."""
         cache = getattr(self.backbone, "vision_cache", None)
         if cache is not None:
-            rank_zero_info(f"[{getattr(stage, 'value', stage)}] {cache.report()}")  # Lightning passes its TrainerFn
-            cache.store.stats.reset()
-            cache.close()
+            cache.end_stage(stage)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Logits per head: a fusion returns features for the shared head layers, or (late fusion) logits itself."""

@@ -14,7 +14,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
 from torch import nn
 
@@ -88,9 +87,7 @@ class GreedyChatAnswers(L.LightningModule):
     def teardown(self, stage: str) -> None:
         cache = self.vision_cache(self.model) if self.vision_cache is not None and self.model is not None else None
         if cache is not None:
-            rank_zero_info(f"[{getattr(stage, 'value', stage)}] {cache.report()}")
-            cache.store.stats.reset()
-            cache.close()
+            cache.end_stage(stage)
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         generator = self.generator(self.model)

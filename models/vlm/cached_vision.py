@@ -112,6 +112,14 @@ class CachedVision:
         moved = [{name: t.to(device, non_blocking=True) for name, t in entry.items()} for entry in entries]
         return {**without_pixels(inputs), "mm_encoder_outputs": {"image": assemble(moved, as_tensor)}}
 
+    def end_stage(self, stage: Any) -> None:
+        """One line per stage (rank 0): what this stage read, encoded and wrote; then counts restart and the group closes."""
+        from lightning.pytorch.utilities import rank_zero_info
+
+        rank_zero_info(f"[{getattr(stage, 'value', stage)}] {self.report()}")  # Lightning passes its TrainerFn
+        self.store.stats.reset()
+        self.close()
+
     def report(self) -> str:
         """This process's reads and writes, and what the namespace folder holds (images, bytes)."""
         files = list(Path(self.store.folder).glob("*/*.safetensors"))
