@@ -161,11 +161,18 @@ class Result:
         self.ratio(name, median, definition, values)
         return median
 
-    def target(self, name: str, measured: float, op: str, threshold: float, description: str) -> bool:
+    def target(self, name: str, measured: float, op: str, threshold: float, description: str, times: bool = False) -> bool:
+        """`times`: the README shows the threshold as a factor (0.7×), not as a share (70 %)."""
         met = measured <= threshold if op == "<=" else measured >= threshold
-        self.payload["targets"].append(
-            {"name": name, "description": description, "measured": round(measured, 4), "op": op, "threshold": threshold, "met": bool(met)}
-        )
+        entry = {
+            "name": name,
+            "description": description,
+            "measured": round(measured, 4),
+            "op": op,
+            "threshold": threshold,
+            "met": bool(met),
+        }
+        self.payload["targets"].append({**entry, "times": True} if times else entry)
         return met
 
     def row(

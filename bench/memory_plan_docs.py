@@ -83,9 +83,10 @@ def docs_block(result: dict[str, Any]) -> str:
     )
 
 
-def update_docs(block: str, path: Path = DOCS) -> None:
+def update_docs(block: str, path: Path = DOCS, start: str = START, end: str = END) -> None:
+    """Replace what stands between the markers (another benchmark's table gives its own markers)."""
     text = path.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{path} has no {START} … {END} markers")
-    head, rest = text.split(START, 1)
-    path.write_text(f"{head}{START}\n{block}\n{END}{rest.split(END, 1)[1]}")
+    if start not in text or end not in text:
+        raise SystemExit(f"{path} has no {start} … {end} markers")
+    head, rest = text.split(start, 1)
+    path.write_text(f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}")

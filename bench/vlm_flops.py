@@ -309,6 +309,33 @@ def _language_model_terms(
     return terms, extra, forward - text.num_hidden_layers * closing
 
 
+def tower_share(count: FlopCount) -> dict[str, float]:
+    """What a cache of the frozen tower's features removes: the vision tower and merger's forward as a share of a
+    LoRA training step, and of a forward alone (a zero-shot prompt's prefill, generated tokens not counted)."""
+    tower = sum(t.forward for t in count.terms if t.component in ("vision", "merger"))
+    return {"tower_share_of_step": tower / count.train, "tower_share_of_forward": tower / count.forward}
+
+
+DOCS_START, DOCS_END = "<!-- tower-share:start -->", "<!-- tower-share:end -->"
+
+
+def tower_share_table(result: dict[str, Any]) -> str:
+    """docs/performance.md's table of the tower's share, from `bench/results/vlm_flops.json` (nothing typed)."""
+    params = result["parameters"]
+    lines = [
+        f"Counted by `bench/vlm_flops.py` ({params['image_size']} px memes, {params['text_tokens']} text tokens, LoRA q,v "
+        f"r {params['lora_rank']}, {params['readout']} readout); FLOPs, not GPU time.",
+        "",
+        "| model | image + text tokens | tower forward / LoRA step | tower forward / forward (zero-shot prefill) |",
+        "|---|---|---|---|",
+    ]
+    for name, row in result["all_configs"].items():
+        lines.append(
+            f"| {name} | {row['sequence_tokens']} | {100 * row['tower_share_of_step']:.0f} % | {100 * row['tower_share_of_forward']:.0f} % |"
+        )
+    return "\n".join(lines)
+
+
 def six_n_t(parameters: int, tokens: int) -> int:
     """The dense-training rule 6·N·T, for comparison only (see the module docstring for why it does not apply)."""
     return 6 * parameters * tokens
@@ -336,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         summary[name].update(
             train_tflops=this.train / 1e12, parameters=parameters, six_n_t_over_counted=six_n_t(parameters, this.sequence) / this.train
         )
+        summary[name].update(tower_share(this))
         count = this if name == args.config else count
     print(
         f"[vlm_flops] {args.config}: {args.image_size} px → {count.image_height}×{count.image_width}, {count.patches} patches, "
@@ -398,7 +426,14 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.config} per meme: {count.train / 1e12:.3f} TFLOPs per training step, {count.forward / 1e12:.3f} forward; "
         f"6·N·T would say {summary[args.config]['six_n_t_over_counted']:.2f}× that."
     )
-    result.write()
+    out = result.write()
+    if not args.smoke and args.out is None:
+        import json
+
+        from bench.memory_plan_docs import DOCS, update_docs
+
+        update_docs(tower_share_table(json.loads(out.read_text())), start=DOCS_START, end=DOCS_END)
+        print(f"[vlm_flops] rewrote the tower-share table in {DOCS.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

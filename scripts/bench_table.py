@@ -19,7 +19,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 README = ROOT / "docs" / "performance.md"  # the page that holds the table
 START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
-ORDER = ("training_overhead", "data_loading", "conversion", "zeroshot_generation", "ocr", "vlm_training", "vlm_flops", "memory_plan")
+ORDER = (
+    "training_overhead",
+    "data_loading",
+    "conversion",
+    "zeroshot_generation",
+    "ocr",
+    "vlm_training",
+    "vision_cache",
+    "vlm_flops",
+    "memory_plan",
+)
 TITLES = {
     "training_overhead": "Training overhead",
     "data_loading": "Data loading",
@@ -27,6 +37,7 @@ TITLES = {
     "zeroshot_generation": "Zero-shot generation",
     "ocr": "OCR",
     "vlm_training": "VLM LoRA training",
+    "vision_cache": "Vision feature cache",
     "vlm_flops": "VLM FLOPs (counted)",
     "memory_plan": "Memory plan (computed)",
 }
@@ -64,7 +75,7 @@ def _target(result: dict, name: str | None) -> tuple[str, str]:
         return "—", "—"
     target = next(t for t in result["targets"] if t["name"] == name)
     threshold = target["threshold"]
-    shown = f"{100 * threshold:g} %" if threshold < 1 else f"{threshold:g}×"
+    shown = f"{100 * threshold:g} %" if threshold < 1 and not target.get("times") else f"{threshold:g}×"
     return f"{'≤' if target['op'] == '<=' else '≥'} {shown}", "yes" if target["met"] else "**no**"
 
 
@@ -75,10 +86,15 @@ def render(results: list[dict]) -> str:
     loads = [
         x for r in results for x in (r.get("load_average_start") or [None])[:1] + (r.get("load_average_end") or [None])[:1] if x is not None
     ]
-    versions = results[0]["versions"]
+    dates = sorted({r["date"][:10] for r in results})
+
+    def versions(package: str) -> str:  # every version the results were measured with (scripts rerun on their own)
+        return " / ".join(sorted({str(r["versions"].get(package)) for r in results}))
+
     lines = [
-        f"Measured by `make bench` on {', '.join(kinds)}, {results[0]['date'][:10]}; torch {versions.get('torch')}, "
-        f"lightning {versions.get('lightning')}, transformers {versions.get('transformers')}, webdataset {versions.get('webdataset')}. "
+        f"Measured by `make bench` on {', '.join(kinds)}, {' to '.join([dates[0], dates[-1]] if len(dates) > 1 else dates)}; "
+        f"torch {versions('torch')}, lightning {versions('lightning')}, transformers {versions('transformers')}, "
+        f"webdataset {versions('webdataset')}. "
         f"Other jobs shared the machine (1-minute load average {min(loads):.1f}–{max(loads):.1f} at the scripts' starts and ends), "
         "so every comparison runs its variants interleaved in one process; variant and baseline are medians (min–max) over the "
         "rounds (×n), the ratio is the median (min–max) over rounds of variant / baseline of the same round. Stored in `bench/results/*.json`, rendered by `scripts/bench_table.py`.",

@@ -48,8 +48,13 @@ def build_tiny_qwen_vl(
     hidden_size: int = 64,
     num_layers: int = 2,
     seed: int = 0,
+    intermediate_size: int | None = None,
+    vision_depth: int = 2,
+    vision_embed_dim: int = 32,
+    vision_heads: int = 2,
 ) -> Path:
-    """`version`: `qwen2_vl` or `qwen2_5_vl`. Images are resized to about `image_pixels` (min = max)."""
+    """`version`: `qwen2_vl` or `qwen2_5_vl`. Images are resized to about `image_pixels` (min = max). The vision
+    arguments size Qwen2-VL's tower (bench/vision_cache.py gives it a real checkpoint's tower : language-model ratio)."""
     if version not in ("qwen2_vl", "qwen2_5_vl"):
         raise ValueError(f"version must be qwen2_vl or qwen2_5_vl, got {version!r}")
 
@@ -63,7 +68,7 @@ def build_tiny_qwen_vl(
         text = dict(
             vocab_size=len(tokenizer),
             hidden_size=hidden_size,
-            intermediate_size=hidden_size * 2,
+            intermediate_size=intermediate_size or hidden_size * 2,
             num_hidden_layers=num_layers,
             num_attention_heads=2,
             num_key_value_heads=1,
@@ -73,9 +78,11 @@ def build_tiny_qwen_vl(
             pad_token_id=ids["<|endoftext|>"],
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": _mrope_section(head_dim)},
         )
-        vision = dict(depth=2, hidden_size=hidden_size, num_heads=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+        vision = dict(
+            depth=vision_depth, hidden_size=hidden_size, num_heads=vision_heads, patch_size=14, spatial_merge_size=2, temporal_patch_size=2
+        )
         if version == "qwen2_vl":
-            vision.update(embed_dim=32)
+            vision.update(embed_dim=vision_embed_dim)
         else:
             vision.update(hidden_size=32, out_hidden_size=hidden_size, intermediate_size=64, fullatt_block_indexes=[1], window_size=56)
         config = AutoConfig.for_model(

@@ -19,7 +19,7 @@ import torch
 from bench.flop_counter_check import agreement_rows
 from bench.mfu import CPU_NOMINAL, PEAK_BF16, Peak, format_report, measurement_windows, peak_for, throughput_report
 from bench.vlm_configs import named_config, parameter_count
-from bench.vlm_flops import FlopCount, Term, _window_square, count_flops, image_grid
+from bench.vlm_flops import DOCS_END, DOCS_START, FlopCount, Term, _window_square, count_flops, image_grid, tower_share, tower_share_table
 from tests.conftest import ROOT, scaled
 
 
@@ -233,3 +233,19 @@ def test_the_gpu_script_measures_on_cuda(tmp_path):
         variant = result["variants"][name]
         assert variant["memes_per_s"] > 0 and variant["peak_memory_bytes"] > 0
         assert variant["peak_is_gpu_figure"] == (variant["peak"] is not None)
+
+
+def test_the_tower_share_is_its_forward_over_the_step_and_the_docs_show_the_committed_count():
+    count = count_flops("qwen2-vl-2b", 512, 64)
+    tower = sum(t.forward for t in count.terms if t.component in ("vision", "merger"))
+    assert tower > 0 and all(t.backward == 0 for t in count.terms if t.component in ("vision", "merger"))  # frozen: no backward
+    share = tower_share(count)
+    assert (
+        share["tower_share_of_step"] == tower / (count.forward + count.backward) < share["tower_share_of_forward"] == tower / count.forward
+    )
+    result = json.loads((ROOT / "bench" / "results" / "vlm_flops.json").read_text())
+    for name, row in result["all_configs"].items():
+        fresh = count_flops(name, result["parameters"]["image_size"], result["parameters"]["text_tokens"])
+        assert row["tower_share_of_step"] == pytest.approx(tower_share(fresh)["tower_share_of_step"])
+    docs = (ROOT / "docs" / "performance.md").read_text()
+    assert docs.split(DOCS_START)[1].split(DOCS_END)[0].strip() == tower_share_table(result)
