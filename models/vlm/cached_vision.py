@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from models.vlm.families import VLMFamily
-from models.vlm.image_features import assemble, encode, image_token_id, split_per_image, tensor_layout, without_pixels
-from models.vlm.vision_cache import VisionFeatureStore
+from models.vlm.image_features import assemble, encode, image_token_id, layout, split_per_image, without_pixels
+from models.vlm.vision_cache import DamagedCacheEntry, VisionFeatureStore
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class CachedVision:
         found = {key: self.store.get(key) for key in dict.fromkeys(keys)}
         if self._agree(base, all(entry is not None for entry in found.values())):
             entries = [found[key][0] for key in keys]
-            as_tensor = next(iter(found.values()))[1]
+            features_layout = batch_layout({entry[1] for entry in found.values()})
         else:
             with torch.no_grad():
                 output = encode(base, inputs)
@@ -103,14 +103,14 @@ class CachedVision:
                     )
                     self._uncut_logged = True
                 return {**without_pixels(inputs), "mm_encoder_outputs": {"image": output}}
-            as_tensor = tensor_layout(output)
+            features_layout = layout(output)
             for key, entry in dict(zip(keys, cut)).items():
                 if found[key] is None:
-                    self.store.put(key, entry, as_tensor)
+                    self.store.put(key, entry, features_layout)
             entries = cut
         device = inputs["input_ids"].device
         moved = [{name: t.to(device, non_blocking=True) for name, t in entry.items()} for entry in entries]
-        return {**without_pixels(inputs), "mm_encoder_outputs": {"image": assemble(moved, as_tensor)}}
+        return {**without_pixels(inputs), "mm_encoder_outputs": {"image": assemble(moved, features_layout)}}
 
     def end_stage(self, stage: Any) -> None:
         """One line per stage (rank 0): what this stage read, encoded and wrote; then counts restart and the group closes."""
@@ -125,3 +125,12 @@ class CachedVision:
         files = list(Path(self.store.folder).glob("*/*.safetensors"))
         size = sum(f.stat().st_size for f in files)
         return f"{self.store.stats.line(self.store.folder)}; the folder holds {len(files)} images, {size / 2**20:.1f} MiB"
+
+
+def batch_layout(layouts: set[str]) -> str:
+    """The one layout a batch's entries are read in. A flat `tensor` entry (written before tiles were recorded) reads
+    like any `blocks:<n>` one; anything else mixed means entries of two different models in one namespace."""
+    blocks = {item for item in layouts if item.startswith("blocks:")}
+    if len(blocks) > 1 or (len(layouts) > 1 and layouts - blocks != {"tensor"}):
+        raise DamagedCacheEntry(f"vision cache entries of one batch disagree on their layout ({sorted(layouts)}); delete the cache folder")
+    return blocks.pop() if blocks else layouts.pop()

@@ -20,6 +20,7 @@ those would be silently wrong. Dropped: the tensors only the tower reads.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,17 +89,29 @@ def split_per_image(output: Any, image_tokens_per_row: Sequence[int], images_per
     return [{name: pieces[i] for name, pieces in split.items()} for i in range(images)]
 
 
-def tensor_layout(output: Any) -> bool:
-    """Whether the family's forward reads the features as one tensor (Gemma 3, InternVL) rather than a sequence."""
-    return isinstance(output.pooler_output, torch.Tensor)
+def layout(output: Any) -> str:
+    """How the family's forward reads the features: `sequence` (one tensor per image or row: Qwen, LLaVA-OneVision, and
+    Idefics3/SmolVLM from Transformers 5.21), `blocks:<n>` (one tensor of n-token tiles or images: Gemma 3, InternVL, and
+    Idefics3/SmolVLM before 5.21, whose merger cuts the features into tiles by that second dimension) or `tensor` (one
+    flat tensor)."""
+    features = output.pooler_output
+    if not isinstance(features, torch.Tensor):
+        return "sequence"
+    return f"blocks:{features.shape[1]}" if features.dim() == 3 else "tensor"
 
 
-def assemble(entries: Sequence[ImageEntry], as_tensor: bool) -> CachedImageFeatures:
+LAYOUT = re.compile(r"sequence|tensor|blocks:[1-9][0-9]{0,6}")
+
+
+def assemble(entries: Sequence[ImageEntry], layout: str) -> CachedImageFeatures:
     """The batch's features in the layout the family's forward merges (entries in placeholder order)."""
 
     def level(name: str) -> Any:
         pieces = tuple(entry[name] for entry in entries)
-        return torch.cat(pieces, dim=0) if as_tensor else pieces
+        if layout == "sequence":
+            return pieces
+        flat = torch.cat(pieces, dim=0)
+        return flat.view(-1, int(layout.split(":")[1]), flat.shape[-1]) if layout.startswith("blocks:") else flat
 
     deepstack = sorted((n for n in entries[0] if n.startswith("deepstack.")), key=lambda n: int(n.split(".")[1]))
     return CachedImageFeatures(pooler_output=level("image"), deepstack_features=[level(n) for n in deepstack] or None)

@@ -29,7 +29,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 
 from datamodules.cache_files import refuse_links, write_file
-from models.vlm.image_features import ImageEntry
+from models.vlm.image_features import LAYOUT, ImageEntry
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +155,8 @@ class VisionFeatureStore:
             raise ValueError(f"vision cache key {key!r} is not a sha256 hex digest")
         return self.folder / key[:2] / f"{key}.safetensors"
 
-    def get(self, key: str) -> tuple[ImageEntry, bool] | None:
-        """The entry and whether the family reads it as one tensor; None when the image was never encoded."""
+    def get(self, key: str) -> tuple[ImageEntry, str] | None:
+        """The entry and the layout the family reads it in (`image_features.layout`); None when the image was never encoded."""
         path = self.path(key)
         if not path.is_file():
             return None
@@ -169,7 +169,7 @@ class VisionFeatureStore:
             raise DamagedCacheEntry(f"{path}: not a readable vision cache entry ({error}); delete it and it is encoded again") from None
         self._check(path, key, meta, tensors)
         self.stats.hits += 1
-        return tensors, meta.get("layout") == "tensor"
+        return tensors, meta["layout"]
 
     def _check(self, path: Path, key: str, meta: dict[str, str], tensors: dict[str, torch.Tensor]) -> None:
         def refuse(reason: str) -> None:
@@ -177,6 +177,8 @@ class VisionFeatureStore:
 
         if meta.get("format") != FORMAT or meta.get("key") != key or meta.get("namespace") != self.namespace:
             refuse(f"its header names format {meta.get('format')!r}, key {meta.get('key')!r}, another namespace or none")
+        if not LAYOUT.fullmatch(meta.get("layout") or ""):
+            refuse(f"its header names layout {meta.get('layout')!r}, not sequence, tensor or blocks:<tokens>")
         if "image" not in tensors or any(not n == "image" and not n.startswith("deepstack.") for n in tensors):
             refuse(f"it holds {sorted(tensors)}, not image features")
         for name, tensor in tensors.items():
@@ -189,7 +191,7 @@ class VisionFeatureStore:
                 refuse("it holds non-finite values")
             self._verified.add(key)
 
-    def put(self, key: str, entry: ImageEntry, as_tensor: bool) -> None:
+    def put(self, key: str, entry: ImageEntry, layout: str) -> None:
         """Write an entry unless one exists; the first writer wins and nobody replaces it."""
         target = self.path(key)
         if target.is_file():
@@ -200,7 +202,7 @@ class VisionFeatureStore:
             "format": FORMAT,
             "key": key,
             "namespace": self.namespace,
-            "layout": "tensor" if as_tensor else "sequence",
+            "layout": layout,
             "sha256": _tensor_checksum(tensors),
         }
         data = safetensors_bytes(tensors, metadata=meta)

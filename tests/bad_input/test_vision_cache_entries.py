@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 from datamodules.cache_files import LinkedCachePath
 from models.vlm import vision_cache
+from models.vlm.cached_vision import batch_layout
 from models.vlm.vision_cache import DamagedCacheEntry, VisionFeatureStore
 
 KEY = hashlib.sha256(b"meme").hexdigest()
@@ -39,13 +40,13 @@ def entry() -> dict[str, torch.Tensor]:
 
 def test_an_entry_is_written_once_and_read_back(tmp_path, checkpoint):
     store = store_of(tmp_path / "cache", checkpoint)
-    store.put(KEY, entry(), as_tensor=False)
+    store.put(KEY, entry(), layout="sequence")
     first = os.stat(store.path(KEY))
-    store.put(KEY, {"image": torch.zeros(3, 4)}, as_tensor=False)  # a second writer (another rank) changes nothing
+    store.put(KEY, {"image": torch.zeros(3, 4)}, layout="sequence")  # a second writer (another rank) changes nothing
     assert (store.stats.writes, store.stats.already_written) == (1, 1)
     assert os.stat(store.path(KEY)).st_ino == first.st_ino
-    tensors, as_tensor = store.get(KEY)
-    assert torch.equal(tensors["image"], entry()["image"]) and as_tensor is False
+    tensors, layout = store.get(KEY)
+    assert torch.equal(tensors["image"], entry()["image"]) and layout == "sequence"
     assert store.get(OTHER) is None
     assert not list(store.path(KEY).parent.glob(".*.partial"))
 
@@ -68,11 +69,12 @@ def test_the_namespace_follows_the_weights_and_the_dtype(tmp_path, checkpoint):
         ("nan", "non-finite"),
         ("dtype", "not \\(tokens, hidden\\) in torch.float32"),
         ("extra", "not image features"),
+        ("layout", "layout 'blocks:-3'"),
     ],
 )
 def test_a_damaged_or_crafted_entry_is_refused_naming_the_file(damage, message, tmp_path, checkpoint):
     store = store_of(tmp_path / "cache", checkpoint)
-    store.put(KEY, entry(), as_tensor=False)
+    store.put(KEY, entry(), layout="sequence")
     path = store.path(KEY)
     data = path.read_bytes()
     if damage == "truncate":
@@ -80,15 +82,17 @@ def test_a_damaged_or_crafted_entry_is_refused_naming_the_file(damage, message, 
     elif damage == "flip":
         path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     elif damage == "rename":  # another image's entry put under this image's name
-        store.put(OTHER, entry(), as_tensor=False)
+        store.put(OTHER, entry(), layout="sequence")
         os.replace(store.path(OTHER), path)
     else:  # crafted with a valid checksum of its own
         tensors = {
             "nan": {"image": torch.full((3, 4), float("nan"))},
             "dtype": {"image": torch.ones(3, 4, dtype=torch.float64)},
             "extra": {"image": torch.ones(3, 4), "pickle": torch.ones(1, 1)},
+            "layout": {"image": torch.ones(3, 4)},
         }[damage]
-        meta = {"format": vision_cache.FORMAT, "key": KEY, "namespace": store.namespace, "layout": "sequence"}
+        layout = "blocks:-3" if damage == "layout" else "sequence"  # a tile size the features would be cut by
+        meta = {"format": vision_cache.FORMAT, "key": KEY, "namespace": store.namespace, "layout": layout}
         meta["sha256"] = vision_cache._tensor_checksum(tensors)
         save_file(tensors, str(path), metadata=meta)
     fresh = store_of(tmp_path / "cache", checkpoint)  # a new process: nothing verified yet
@@ -109,7 +113,7 @@ def test_links_planted_in_the_cache_are_refused(tmp_path, checkpoint):
     elsewhere.mkdir()
     store.path(OTHER).parent.symlink_to(elsewhere)  # a folder link would redirect the write
     with pytest.raises(LinkedCachePath, match="symbolic link"):
-        store.put(OTHER, entry(), as_tensor=False)
+        store.put(OTHER, entry(), layout="sequence")
     assert not list(elsewhere.iterdir())
 
 
@@ -117,3 +121,12 @@ def test_a_key_must_be_a_digest(tmp_path, checkpoint):
     store = store_of(tmp_path / "cache", checkpoint)
     with pytest.raises(ValueError, match="not a sha256 hex digest"):
         store.path("../../etc/passwd")
+
+
+def test_a_batch_reads_its_entries_in_one_layout():
+    assert batch_layout({"blocks:256"}) == "blocks:256"
+    assert batch_layout({"tensor", "blocks:256"}) == "blocks:256"  # a flat entry reads like a tiled one
+    assert batch_layout({"sequence"}) == "sequence"
+    for mixed in ({"sequence", "tensor"}, {"blocks:64", "blocks:256"}):
+        with pytest.raises(DamagedCacheEntry, match="disagree on their layout"):
+            batch_layout(mixed)
