@@ -30,6 +30,7 @@ from typing import Any
 
 import lightning as L
 from common import compose
+from hf_baseline import LastTokenClassifier, training_arguments
 from rendered_memes import CAPTIONS, LANGS, render
 
 CULTURES = ("US", "DE", "MX", "IN", "CN")
@@ -161,9 +162,8 @@ def read_layout(layout: Path) -> dict[str, dict[str, Any]]:
 
 def hf_run(layout: Path, model: Path, culture: str, record: dict[str, Any], batch_size: int, workers: int) -> dict[str, float]:
     import torch
-    from peft import LoraConfig, get_peft_model
     from PIL import Image
-    from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainingArguments
+    from transformers import AutoProcessor, Trainer
 
     from models.vlm.prompts import PromptSpec
 
@@ -212,45 +212,17 @@ def hf_run(layout: Path, model: Path, culture: str, record: dict[str, Any], batc
         )
         return {**batch, "labels": torch.tensor([m["label"] for m in memes])}
 
-    class Classifier(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            base = AutoModelForImageTextToText.from_pretrained(
-                model, dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=False
-            )
-            base.requires_grad_(False)
-            target = r"model\.language_model\..*\.(q_proj|v_proj)"
-            self.model = get_peft_model(base, LoraConfig(target_modules=target, bias="none", **LORA))
-            self.head = torch.nn.Linear(base.config.get_text_config().hidden_size, 1)
-
-        def forward(self, labels: torch.Tensor, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
-            inputs.pop("num_items_in_batch", None)
-            hidden = self.model.get_base_model().model(**inputs).last_hidden_state[:, -1]  # left padding: the last token is real
-            logits = self.head(hidden).squeeze(-1)
-            return {"loss": torch.nn.functional.binary_cross_entropy_with_logits(logits, labels), "logits": logits}
-
-    classifier = Classifier()
+    classifier = LastTokenClassifier(model, 1, LORA)
     start_from(classifier, record["initial"])
     with tempfile.TemporaryDirectory() as out:
-        arguments = TrainingArguments(
-            output_dir=out,
+        arguments = training_arguments(
+            out,
+            LR,
             per_device_train_batch_size=1,  # one item = one of crossmod's batches
             per_device_eval_batch_size=batch_size,
             num_train_epochs=1,  # the items hold every epoch's batches in order
-            learning_rate=LR,
-            lr_scheduler_type="constant",
-            weight_decay=0.0,
             max_grad_norm=0.0,  # crossmod's trainer does not clip
-            optim="adamw_torch",
-            logging_strategy="no",
-            save_strategy="no",
-            report_to=[],
-            use_cpu=True,
             dataloader_num_workers=workers,
-            remove_unused_columns=False,
-            train_sampling_strategy="sequential",
-            disable_tqdm=True,
-            seed=0,
         )
         trainer = Trainer(model=classifier, args=arguments, train_dataset=Batches(record["batches"]), data_collator=collate)
         trainer.train()

@@ -47,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, Result, bare_trainer, build_model, compose, interleave, parser, repeats  # noqa: E402
+from hf_baseline import LastTokenClassifier, training_arguments  # noqa: E402
 from peak_rss import peak_rss, reset_peak_rss  # noqa: E402
 from rendered_memes import CAPTIONS, LANGS, draw_caption, render  # noqa: E402
 from text_padding import TEXT_BATCH_SIZES, text_padding  # noqa: E402
@@ -172,9 +173,8 @@ def train_crossmod(folder: Path, shards: Path, args, grouped: bool) -> dict[str,
 # ---------------------------------------------------------------------------------------------- transformers
 def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
     import torch
-    from peft import LoraConfig, get_peft_model
     from PIL import Image
-    from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainerCallback, TrainingArguments
+    from transformers import AutoProcessor, Trainer, TrainerCallback
 
     from models.vlm.prompts import PromptSpec
 
@@ -212,24 +212,12 @@ def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
         )
         return {**batch, "labels": torch.tensor([f["labels"] for f in features], dtype=torch.float), "ids": [f["id"] for f in features]}
 
-    class Classifier(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            base = AutoModelForImageTextToText.from_pretrained(
-                folder, dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=False
-            )
-            base.requires_grad_(False)
-            target = r"model\.language_model\..*\.(q_proj|v_proj)"
-            self.model = get_peft_model(base, LoraConfig(target_modules=target, bias="none", **LORA))
-            self.head = torch.nn.Linear(base.config.get_text_config().hidden_size, len(CULTURES))
-
+    class Classifier(LastTokenClassifier):
         def forward(self, labels: torch.Tensor, ids: list[str], **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
             mask = inputs["attention_mask"]  # read here, in the training process (the collator runs in loader workers)
             shares.append(float(mask.sum()) / mask.numel())
             seen.extend(ids)
-            hidden = self.model.get_base_model().model(**inputs).last_hidden_state[:, -1]  # left padding: last token is real
-            logits = self.head(hidden)
-            return {"loss": torch.nn.functional.binary_cross_entropy_with_logits(logits, labels), "logits": logits}
+            return super().forward(labels, **inputs)
 
     times: list[float] = []
 
@@ -238,25 +226,20 @@ def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
             times.append(time.perf_counter())
 
     with tempfile.TemporaryDirectory() as out:
-        training = TrainingArguments(
-            output_dir=out,
+        training = training_arguments(  # sequential: the files are named in crossmod's training order, so the same batches
+            out,
+            LR,
             per_device_train_batch_size=args.batch_size,
             max_steps=args.steps,
-            learning_rate=LR,
-            lr_scheduler_type="constant",
-            weight_decay=0.0,
-            optim="adamw_torch",
-            logging_strategy="no",
-            save_strategy="no",
-            report_to=[],
-            use_cpu=True,
             dataloader_num_workers=args.workers,
-            remove_unused_columns=False,
-            train_sampling_strategy="sequential",  # the files are named in crossmod's training order: the same batches
-            disable_tqdm=True,
-            seed=0,
         )
-        Trainer(model=Classifier(), args=training, train_dataset=Files(files), data_collator=collate, callbacks=[Record()]).train()
+        Trainer(
+            model=Classifier(folder, len(CULTURES), LORA),
+            args=training,
+            train_dataset=Files(files),
+            data_collator=collate,
+            callbacks=[Record()],
+        ).train()
     return measured(times, shares, args, seen)
 
 

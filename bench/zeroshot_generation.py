@@ -154,8 +154,8 @@ def main() -> None:
     share = result.payload["variants"][f"batch{batch_size}"]["generate_share"]
     result.finding(
         f"Batch {batch_size} answers {ratio:.2f}× as many memes per second as batch 1 (inside `generate()` alone {generate_ratio:.2f}×); "
-        f"at batch {batch_size}, generation is {100 * share:.0f} % of `answer_all`'s time (the rest: Lightning's predict loop, the batches' "
-        "hand-over from the loader, answer parsing). Preparing the batches in "
+        f"at batch {batch_size}, generation is {100 * share:.0f} % of `answer_all`'s time (the rest is spent outside `generate()`). "
+        "Preparing the batches in "
         f"{args.num_workers} loader worker(s) instead of the main process: {workers_ratio:.2f}× (two cores shared by the model and the worker)."
     )
     result.target(
