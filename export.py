@@ -1,4 +1,4 @@
-"""Export a run's cultures as shippable folders: `python export.py run=<run dir> [culture=DE] [merge=true] [ship_base_mb=64]`."""
+"""Export a run's cultures as shippable folders: `python export.py run=<run dir> [culture=DE] [kind=retrieval] [merge=true] [ship_base_mb=64]`."""
 
 from pathlib import Path
 
@@ -22,7 +22,7 @@ def main(cfg: DictConfig) -> None:
     cultures = [cfg.culture] if cfg.culture else list(model.heads)
     out = Path(cfg.out) if cfg.out else run_dir / "export"
     for culture in cultures:
-        folder = export_culture(model, info, run_dir, culture, out / culture, merge=cfg.merge, ship_base_mb=cfg.ship_base_mb)
+        folder = export_culture(model, info, run_dir, culture, out / culture, merge=cfg.merge, ship_base_mb=cfg.ship_base_mb, kind=cfg.kind)
         print(f"[export] {culture}: {folder}")
 
 

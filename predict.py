@@ -9,6 +9,9 @@ a bad one stops the run naming file and line, or with `on_error=skip` is counted
 to `<out>.skipped.jsonl`. Memes without text get their caption read off the image with `ocr=rapidocr`
 (or `tesseract`; written to the predictions as `ocr_text`, cached per image); a meme lacking an input the
 model reads (text, image) stops the run naming it and how to provide it, unless `allow_missing` lists it.
+A retrieval adapter (`export.py kind=retrieval`) scores each meme by its nearest labelled memes and writes
+them as the explanation: `<culture>_neighbours` (ids, nearest first), their labels and similarities; `k=`
+changes how many vote (default: the card's).
 A base model the folder names but does not ship is given with `model.name_or_path=<local copy>` (VLM) or
 `model.text.name_or_path=…` / `model.fusion.name_or_path=…` (configs/predict.yaml).
 """
@@ -46,6 +49,12 @@ def main(cfg: DictConfig) -> None:
         sys.exit(1)
     if cfg.culture and cfg.culture != card["culture"]:
         raise ValueError(f"{cfg.adapters} is the {card['culture']} export, not {cfg.culture}")
+    if cfg.k is not None:
+        if card.get("kind") != "retrieval":
+            raise ValueError(f"k={cfg.k} sets how many neighbours vote; {cfg.adapters} scores with its head (not kind=retrieval)")
+        from models.retrieval.settings import RetrievalSettings
+
+        model.retrieval = RetrievalSettings.of({"k": cfg.k, "weighting": model.retrieval.weighting})
     if cfg.ocr:
         from datamodules.ocr import CaptionReader, ocr_engine
 

@@ -540,6 +540,11 @@ class MemeDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._eval_dataloader("test")
 
+    def bank_dataloader(self) -> DataLoader:
+        """The training memes, each once, as evaluation reads them: what RGCL mines and retrieval classifies from. In a
+        fold run only the groups that train (never the held-out fold or the inner validation split)."""
+        return self._eval_dataloader("train")
+
     def _handover(self) -> list[Any]:
         """Batches made in worker processes cross to the training process as one shared-memory block."""
         return [wds.map(one_block)] if self.num_workers > 0 else []

@@ -18,11 +18,33 @@ from models.backbones.image import TimmImageEncoder
 from models.backbones.text import HFTextEncoder
 from models.heads import HeadLayers
 
+EMBEDDINGS = ("output", "pre_activation")
 
-def mlp(width: int, hidden_dim: int, num_layers: int, dropout: float) -> tuple[nn.Sequential, int]:
+
+def check_embedding(family: str, embedding: str, num_layers: int) -> None:
+    """`embedding`: the meme embedding RGCL and retrieval work in. `output`: what the MLP returns (after its last activation
+    and dropout); `pre_activation`: its last hidden layer before the activation (RGCL's choice: a post-ReLU/GELU vector
+    is nearly non-negative, so its cosine similarities cannot go below zero), and the head reads it after both."""
+    if embedding not in EMBEDDINGS:
+        raise ValueError(f"{family} embedding must be one of {EMBEDDINGS}, got {embedding!r}")
+    if embedding == "pre_activation" and num_layers < 1:
+        raise ValueError(f"{family} embedding=pre_activation needs num_layers >= 1 (the embedding is the last hidden layer)")
+
+
+def mlp_embedding(layers: nn.Sequential, x: torch.Tensor, embedding: str) -> torch.Tensor:
+    """The MLP's output, or (pre_activation) its last hidden layer before the activation and dropout."""
+    return layers[:-2](x) if embedding == "pre_activation" else layers(x)
+
+
+def mlp_head_input(layers: nn.Sequential, features: torch.Tensor, embedding: str) -> torch.Tensor:
+    """What the head layers read from `mlp_embedding`'s features: the rest of the MLP (activation, dropout), or nothing."""
+    return layers[-2:](features) if embedding == "pre_activation" else features
+
+
+def mlp(width: int, hidden_dim: int, num_layers: int, dropout: float, activation: str = "gelu") -> tuple[nn.Sequential, int]:
     layers: list[nn.Module] = []
     for _ in range(num_layers):
-        layers += [nn.Linear(width, hidden_dim), nn.GELU(), nn.Dropout(dropout)]
+        layers += [nn.Linear(width, hidden_dim), nn.ReLU() if activation == "relu" else nn.GELU(), nn.Dropout(dropout)]
         width = hidden_dim
     return nn.Sequential(*layers), width
 
@@ -50,9 +72,18 @@ class ImageOnly(nn.Module):
 class ConcatFusion(nn.Module):
     """Pooled text ‖ pooled image → MLP: the Hateful Memes "Concat BERT" family."""
 
-    def __init__(self, text: HFTextEncoder, image: nn.Module, hidden_dim: int = 256, num_layers: int = 2, dropout: float = 0.1) -> None:
+    def __init__(
+        self,
+        text: HFTextEncoder,
+        image: nn.Module,
+        hidden_dim: int = 256,
+        num_layers: int = 2,
+        dropout: float = 0.1,
+        embedding: str = "output",
+    ) -> None:
         super().__init__()
-        self.text, self.image = text, image
+        check_embedding("concat", embedding, num_layers)
+        self.text, self.image, self.embedding = text, image, embedding
         # Each modality is normalised before concatenation so neither dominates by scale alone.
         self.text_norm, self.image_norm = nn.LayerNorm(text.output_dim), nn.LayerNorm(image.output_dim)
         self.mlp, self.output_dim = mlp(text.output_dim + image.output_dim, hidden_dim, num_layers, dropout)
@@ -60,7 +91,10 @@ class ConcatFusion(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         text = self.text(batch["input_ids"], batch["attention_mask"])
         image = self.image(batch["pixel_values"])
-        return self.mlp(torch.cat([self.text_norm(text), self.image_norm(image)], dim=-1))
+        return mlp_embedding(self.mlp, torch.cat([self.text_norm(text), self.image_norm(image)], dim=-1), self.embedding)
+
+    def head_input(self, features: torch.Tensor) -> torch.Tensor:
+        return mlp_head_input(self.mlp, features, self.embedding)
 
 
 COMBINE = ("probabilities", "logits")

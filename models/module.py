@@ -18,7 +18,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import get_method, instantiate
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -28,6 +28,8 @@ from datamodules.even_batches import FILLER
 from datamodules.heads import Head, parse_heads
 from evaluation.metrics import HeadMetrics
 from models.heads import HeadLayers, masked_loss
+from models.retrieval.bank import Bank, explain, retrieval_logits, rgcl_objective
+from models.retrieval.settings import CLASSIFY, RetrievalSettings, RGCLSettings
 from models.sharding import gathered, partition_summary, tell_transformers, zero3_config
 from models.trusted_targets import check_checkpoint
 
@@ -72,6 +74,9 @@ class MemeClassifier(L.LightningModule):
         name_or_path: str | None = None,
         prompt: dict[str, Any] | None = None,
         family: str | dict[str, Any] | None = None,
+        rgcl: dict[str, Any] | None = None,
+        classify: str = "head",
+        retrieval: dict[str, Any] | None = None,
     ) -> None:
         """`name_or_path`, `prompt` and `family` are family-level settings (the VLM's checkpoint, prompt, family row) that the
         fusion and the preprocessor share through interpolation; they are kept with the hyperparameters."""
@@ -88,6 +93,16 @@ class MemeClassifier(L.LightningModule):
         self.record_predictions = False
         self.register_load_state_dict_pre_hook(rename_head_keys)
         self.after_build: Callable[[MemeClassifier], None] | None = None  # e.g. a run's weights, once built in partitions
+        self.rgcl = RGCLSettings.of(self.hparams.rgcl)
+        self.retrieval = RetrievalSettings.of(self.hparams.retrieval)
+        if classify not in CLASSIFY:
+            raise ValueError(f"model.classify must be one of {CLASSIFY}, got {classify!r}")
+        self.classify = classify
+        if (self.rgcl or classify == "retrieval") and any(not head.is_binary for head in self.heads.values()):
+            raise ValueError(
+                f"RGCL and retrieval classification need binary heads; {[n for n, h in self.heads.items() if not h.is_binary]} are not"
+            )
+        self.retrieval_bank: Bank | None = None  # the training memes' embeddings (training/callbacks/retrieval_bank.py)
 
     @classmethod
     def load_from_checkpoint(
@@ -120,6 +135,13 @@ class MemeClassifier(L.LightningModule):
         self.backbone = instantiate(self.hparams.fusion, **encoders)
         if getattr(self.backbone, "output_dim", None):  # late fusion owns its per-modality head layers
             self.head_layers = HeadLayers(self.backbone.output_dim, self.heads, self.hparams.head_dropout)
+        elif self.rgcl is not None or self.classify == "retrieval":
+            raise ValueError(f"{type(self.backbone).__name__} returns logits per modality, no shared meme embedding for RGCL or retrieval")
+        if self.rgcl is not None and getattr(self.backbone, "embedding", None) == "output" and hasattr(self.backbone, "mlp"):
+            rank_zero_warn(
+                "RGCL reads the fusion MLP's output after its activation (model.fusion.embedding=output), whose cosine "
+                "similarities cannot go below zero; model.fusion.embedding=pre_activation is RGCL's embedding (docs/retrieval.md)"
+            )
         if config is not None:
             rank_zero_info(partition_summary(self.parameters(), self._trainer.global_rank, self._trainer.world_size))
         after_build, self.after_build = self.after_build, None
@@ -133,25 +155,75 @@ class MemeClassifier(L.LightningModule):
             cache.end_stage(stage)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Logits per head: a fusion returns features for the shared head layers, or (late fusion) logits itself."""
+        """Logits per head: a fusion returns features for the shared head layers, or (late fusion) logits itself;
+        `classify=retrieval` scores by the nearest training memes instead (RGCL's kNN vote)."""
+        if self.classify == "retrieval":
+            return retrieval_logits(self.embed(batch), batch["ids"], self._bank(), self.retrieval.k, self.retrieval.weighting)
+        return self._head_logits(batch)
+
+    def _head_logits(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         output = self.backbone(batch)
-        return output if isinstance(output, dict) else self.head_layers(output)
+        return output if isinstance(output, dict) else self.head_layers(self._head_input(output))
+
+    def _head_input(self, features: torch.Tensor) -> torch.Tensor:
+        """The head layers' input from the backbone's features (a backbone whose embedding stops before its last
+        activation, e.g. CLIP fusion under RGCL, applies the rest in `head_input`)."""
+        head_input = getattr(self.backbone, "head_input", None)
+        return features if head_input is None else head_input(features)
+
+    def embed(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The meme embedding RGCL and retrieval work in: the features the head layers read."""
+        output = self.backbone(batch)
+        if isinstance(output, dict):
+            raise ValueError(f"{type(self.backbone).__name__} returns logits per modality, no shared meme embedding for RGCL or retrieval")
+        return output
+
+    def _bank(self) -> Bank:
+        if self.retrieval_bank is None:
+            raise RuntimeError(
+                "no retrieval bank: training builds it from the training memes (callbacks.retrieval_bank); to score a "
+                "retrieval run later give evaluate.py its run dir (not a .ckpt), or export it with export.py kind=retrieval"
+            )
+        return self.retrieval_bank
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         """Each head's probabilities for the batch, with the memes' positions in the scored list (`index`), so
         predictions made on several processes can be put back in order (training/scoring.py)."""
-        logits = self(batch)
+        if getattr(self, "classify", "head") != "retrieval":  # a wrapper borrowing this step (ScoredAs) scores by its forward
+            logits = self(batch)
+            probabilities = {name: head.probabilities(logits[name].float()) for name, head in self.heads.items()}
+            return {"index": batch["index"], "probabilities": probabilities}
+        embeddings, bank, k = self.embed(batch), self._bank(), self.retrieval.k
+        logits = retrieval_logits(embeddings, batch["ids"], bank, k, self.retrieval.weighting)
         probabilities = {name: head.probabilities(logits[name].float()) for name, head in self.heads.items()}
-        return {"index": batch["index"], "probabilities": probabilities}
+        return {"index": batch["index"], "probabilities": probabilities, "neighbours": explain(embeddings, batch["ids"], bank, k)}
 
     def _loss(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> torch.Tensor:
         losses = [masked_loss(logits[name], labels[name], head)[0] for name, head in self.heads.items()]
         return torch.stack(losses).mean()
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        logits = self(batch)
+        if self.rgcl is not None:
+            return self._rgcl_step(batch)
+        logits = self._head_logits(batch)  # the head trains; `classify` chooses how evaluation scores
         loss = self._loss(logits, batch["labels"])
         self.log("train/loss", loss, on_step=True, on_epoch=False, batch_size=len(batch["ids"]))
+        return loss
+
+    def _rgcl_step(self, batch: dict[str, Any]) -> torch.Tensor:
+        """(1 − w)·cross-entropy + w·RGCL, both from one forward (RGCL's joint loss)."""
+        features = self.embed(batch)
+        cross_entropy = self._loss(self.head_layers(self._head_input(features)), batch["labels"])
+        r = self.rgcl
+        contrast = rgcl_objective(features, batch["labels"], batch["ids"], self._bank(), r.loss, r.temperature, r.margin, r.depth)
+        loss = (1 - r.weight) * cross_entropy + r.weight * contrast
+        size = len(batch["ids"])
+        self.log_dict(
+            {"train/loss": loss, "train/cross_entropy": cross_entropy, "train/rgcl": contrast},
+            on_step=True,
+            on_epoch=False,
+            batch_size=size,
+        )
         return loss
 
     def _eval_step(self, stage: str, batch: dict[str, Any]) -> None:

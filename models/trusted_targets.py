@@ -49,6 +49,20 @@ TRUSTED_TARGETS = frozenset(
         "transformers.get_linear_schedule_with_warmup",
     }
 )
+# What a run's `config.yaml` builds its data from (a retrieval export reads the run's training memes again).
+DATA_ROOT = "datamodules.memes.MemeDataModule"
+DATA_TARGETS = frozenset(
+    {
+        DATA_ROOT,
+        "datamodules.synthetic.SyntheticMemeSource",
+        "datamodules.sources.hateful_memes.HatefulMemesSource",
+        "datamodules.sources.memebridge.MemeBridgeSource",
+        "datamodules.sources.mhc.MHCSource",
+        "datamodules.sources.multi3hate.Multi3HateSource",
+        "datamodules.sources.toxictags.ToxicTagsSource",
+        "datamodules.sources.jsonl_memes.JsonlMemeSource",
+    }
+)
 # Hydra's own keys; any other key starting with `_` (Lightning's `_instantiator`, `_class_path`) is refused.
 INSTANTIATE_KEYS = frozenset({"_target_", "_args_", "_recursive_", "_convert_", "_partial_"})
 # Attention implementations are chosen by name; a hub name ("org/kernels") would fetch and run code.
@@ -74,10 +88,11 @@ def _walk(node: Any, where: str = "") -> Iterator[tuple[str, Any, Any]]:
             yield from _walk(value, path)
 
 
-def _refusal(key: Any, value: Any) -> str | None:
+def _refusal(key: Any, value: Any, targets: frozenset[str] = TRUSTED_TARGETS) -> str | None:
     """Why this entry may not come from a file, or None."""
-    if key == "_target_" and not (isinstance(value, str) and value in TRUSTED_TARGETS):
-        return f"_target_ {value!r} is not one of crossmod's model parts, optimizers or schedules"
+    if key == "_target_" and not (isinstance(value, str) and value in targets):
+        kind = "data modules or sources" if targets is DATA_TARGETS else "model parts, optimizers or schedules"
+        return f"_target_ {value!r} is not one of crossmod's {kind}"
     if isinstance(key, str) and key.startswith("_") and key not in INSTANTIATE_KEYS:
         return f"key {key!r} is not one crossmod writes (it would change how the model is built)"
     if key == "trust_remote_code" and value not in (False, None):
@@ -89,7 +104,7 @@ def _refusal(key: Any, value: Any) -> str | None:
     return None
 
 
-def check_trusted(config: Any, source: str | Path, root: str | None = None) -> None:
+def check_trusted(config: Any, source: str | Path, root: str | None = None, targets: frozenset[str] = TRUSTED_TARGETS) -> None:
     """Raise UntrustedConfigError naming `source`, the place in it and the refused value.
 
     `root`: the `_target_` the whole config must have (the model class), when it has one.
@@ -97,9 +112,9 @@ def check_trusted(config: Any, source: str | Path, root: str | None = None) -> N
     if root is not None:
         target = config.get("_target_") if isinstance(config, Mapping) else None
         if target != root:
-            raise UntrustedConfigError(f"{source}: refused _target_ {target!r} at the top: a model config here builds {root}")
+            raise UntrustedConfigError(f"{source}: refused _target_ {target!r} at the top: a config here builds {root}")
     for where, key, value in _walk(config):
-        reason = _refusal(key, value)
+        reason = _refusal(key, value, targets)
         if reason:
             raise UntrustedConfigError(
                 f"{source}: refused at {where}: {reason}. Files crossmod loads (exported cultures, checkpoints, "

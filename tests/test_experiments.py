@@ -30,6 +30,7 @@ EXPERIMENTS = {
     "hm_concat_bert": ("hateful_memes", TINY_TEXT + TINY_IMAGE),
     "hm_mmbt_grid": ("hateful_memes", TINY_TEXT + TINY_IMAGE),
     "hm_clip_fusion": ("hateful_memes", TINY_CLIP),
+    "hm_rgcl": ("hateful_memes", TINY_CLIP),
     "hm_visual_bert": (
         "hateful_memes",
         (  # quoted: Hydra's override parser rejects a nested ${..}/path inside resolver arguments

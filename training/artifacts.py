@@ -36,6 +36,7 @@ from training.user_errors import UserError
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 LABEL_MAP = {"0": "non-hate", "1": "hate"}
 FORMATS = ("peft-lora", "classifier")
+KINDS = ("head", "retrieval")  # how the folder scores: its head layers, or its labelled memes (training/retrieval_db.py)
 EXPORT_FILES = (
     "culture_card.json",
     "model_config.json",
@@ -83,6 +84,8 @@ def read_card(path: Path) -> dict[str, Any]:
         if not isinstance(card.get(field), kind) or not card[field]:
             found = "missing" if field not in card else f"{card[field]!r}"[:80]
             raise ExportError(f"{path}: {field} is {found}, not a non-empty {'object' if kind is dict else 'string'}", REEXPORT)
+    if card.get("kind", "head") not in KINDS:
+        raise ExportError(f"{path}: kind is {card.get('kind')!r}"[:200] + f", not one of {list(KINDS)}", REEXPORT)
     if card["format"] not in FORMATS:
         raise ExportError(f"{path}: format is {card['format']!r}"[:200] + f", not one of {list(FORMATS)}", REEXPORT)
     bad = [name for name, head in card["heads"].items() if not isinstance(head, dict)]
@@ -179,11 +182,25 @@ def fold_metrics(run_dir: Path, experiment: str, culture: str) -> dict[str, Any]
 
 
 def export_culture(
-    model: MemeClassifier, info: dict[str, Any], run_dir: Path, culture: str, out: Path, merge: bool = False, ship_base_mb: float = 64
+    model: MemeClassifier,
+    info: dict[str, Any],
+    run_dir: Path,
+    culture: str,
+    out: Path,
+    merge: bool = False,
+    ship_base_mb: float = 64,
+    kind: str = "head",
 ) -> Path:
-    """Write the culture's folder; its bases named portably (hub ids, or local folders up to `ship_base_mb` MiB shipped inside)."""
+    """Write the culture's folder; its bases named portably (hub ids, or local folders up to `ship_base_mb` MiB shipped
+    inside). `kind=retrieval`: also the culture's database of labelled training memes, which then scores."""
     if culture not in model.heads:
         raise KeyError(f"culture {culture!r} is not a head of this run (heads: {list(model.heads)})")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {list(KINDS)}, got {kind!r}")
+    if kind == "retrieval" and (not model.heads[culture].is_binary or model.head_layers is None):
+        raise ValueError(
+            f"kind=retrieval exports a binary culture of a model with one shared meme embedding; {culture} of this run is not one"
+        )
     out.mkdir(parents=True, exist_ok=True)
     # The model's own hyperparameters; secret-looking values never leave in a folder meant for sharing.
     model_cfg = redact(
@@ -237,9 +254,27 @@ def export_culture(
         "metrics_per_fold": fold_metrics(run_dir, metrics.get("experiment"), culture),
         "training_config": redact(info["config"]),
     }
+    _export_database(model, info, run_dir, culture, out, card, kind)
     (out / "culture_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
     (out / "README.md").write_text(_readme(card))
     return out
+
+
+def _export_database(
+    model: MemeClassifier, info: dict[str, Any], run_dir: Path, culture: str, out: Path, card: dict[str, Any], kind: str
+) -> None:
+    """kind=retrieval: the run's labelled training memes under the exported weights (training/retrieval_db.py)."""
+    from training.retrieval_db import DB_FILE, IDS_FILE, run_training_memes, write_database
+
+    card["kind"] = kind
+    if kind != "retrieval":
+        for name in (DB_FILE, IDS_FILE):  # an earlier retrieval export of this folder must not linger
+            (out / name).unlink(missing_ok=True)
+        return
+    database, unlabelled = run_training_memes(run_dir, info["config"], model, culture)
+    source = {"from": f"the training memes of run {run_dir.name}", "memes": len(database.ids), "unlabelled_left_out": unlabelled}
+    retrieval = {"k": model.retrieval.k, "weighting": model.retrieval.weighting}
+    card["retrieval"] = {**retrieval, **write_database(out, database), "sources": [source]}
 
 
 def _chain(error: BaseException | None) -> list[BaseException]:
@@ -373,4 +408,8 @@ def load_culture(folder: str | Path, bases: Mapping[str, str | None] | None = No
             raise ValueError(f"{folder}/model.safetensors does not fit this family: missing {missing[:5]}, unexpected {unexpected[:5]}")
     if model.head_layers is not None:
         model.head_layers.linear.load_state_dict(load_weights(folder / "head.safetensors"))
+    if card.get("kind") == "retrieval":
+        from training.retrieval_db import attach
+
+        attach(model, folder, card)
     return model.eval(), card

@@ -26,7 +26,7 @@ def model_loaders(ckpt: Path, sharded: bool = False) -> list[tuple[str, Callable
     `sharded` (scoring under ZeRO-3): a run's or checkpoint's model is left for Lightning to build in partitions, its
     weights read now and put in then; an exported culture is loaded whole and partitioned when DeepSpeed starts."""
     from models.module import MemeClassifier
-    from training.artifacts import load_culture, run_model
+    from training.artifacts import load_culture
 
     if ckpt.is_file():
         if sharded:
@@ -35,11 +35,26 @@ def model_loaders(ckpt: Path, sharded: bool = False) -> list[tuple[str, Callable
     if (ckpt / "culture_card.json").is_file():
         return [(ckpt.name, lambda: load_culture(ckpt)[0])]
     if (ckpt / "metrics.json").is_file():
-        return [(ckpt.name, lambda: run_model(ckpt, sharded=sharded)[0])]
+        return [(ckpt.name, lambda: _run_model(ckpt, sharded))]
     runs = sorted(p.parent for p in ckpt.rglob("metrics.json"))
     if not runs:
         raise FileNotFoundError(f"{ckpt}: no run (metrics.json), checkpoint or exported culture folder")
-    return [(str(run.relative_to(ckpt)), functools.partial(lambda run: run_model(run, sharded=sharded)[0], run)) for run in runs]
+    return [(str(run.relative_to(ckpt)), functools.partial(_run_model, run, sharded)) for run in runs]
+
+
+def _run_model(run: Path, sharded: bool) -> Any:
+    """A run's selected weights; a run that classifies by retrieval gets its database: the run's training memes under
+    those weights (its training folds only), as the run's own test stage scored with."""
+    from training.artifacts import run_model
+
+    model, info = run_model(run, sharded=sharded)
+    if getattr(model, "classify", "head") == "retrieval":
+        if sharded:
+            raise ValueError(f"{run} classifies by retrieval: score it without ZeRO-3, or export it (export.py kind=retrieval)")
+        from training.retrieval_db import run_training_bank
+
+        model.retrieval_bank = run_training_bank(run, info["config"], model)
+    return model
 
 
 def _restored_when_built(model: Any, state: dict[str, Any]) -> Any:

@@ -170,6 +170,25 @@ def existing(cfg: DictConfig, key: str, what: str, marker: str | None = None) ->
     return path
 
 
+def retrieval_settings(cfg: DictConfig) -> None:
+    """model.rgcl, model.classify and model.retrieval (RGCL and retrieval classification) hold values that can work."""
+    from models.retrieval.settings import CLASSIFY, RetrievalSettings, RGCLSettings
+
+    model = cfg.get("model") or {}
+    for key, check in (("rgcl", RGCLSettings.of), ("retrieval", RetrievalSettings.of)):
+        node = model.get(key)
+        try:
+            check(OmegaConf.to_container(node) if node is not None else None)
+        except (TypeError, ValueError) as error:
+            raise UserError(str(error), f"see configs/experiment/hm_rgcl.yaml for model.{key}'s keys", f"model.{key}") from None
+    if model.get("classify", "head") not in CLASSIFY:
+        raise UserError(
+            f"model.classify={model.get('classify')} is not one of {list(CLASSIFY)}",
+            "pass model.classify=head or retrieval",
+            "model.classify",
+        )
+
+
 # ------------------------------------------------------------------------------------------ per entry point
 def train(cfg: DictConfig) -> None:
     """train.py: a training recipe, every value set, its data there, a fold where the dataset needs one."""
@@ -178,6 +197,7 @@ def train(cfg: DictConfig) -> None:
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
     fold_for_training(cfg)
+    retrieval_settings(cfg)
 
 
 def cross_validate(cfg: DictConfig) -> None:
@@ -186,6 +206,7 @@ def cross_validate(cfg: DictConfig) -> None:
     require(cfg)
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
+    retrieval_settings(cfg)
     if not (isinstance(cfg.num_folds, int) and cfg.num_folds >= 2):
         raise UserError(f"num_folds={cfg.num_folds} leaves nothing to cross-validate", "pass num_folds=k with k ≥ 2", "num_folds")
 
@@ -229,3 +250,5 @@ def export(cfg: DictConfig) -> None:
     """export.py: run set, and a run directory (train.py writes metrics.json at its end)."""
     require(cfg, ["run"])
     existing(cfg, "run", "a run directory: <paths.log_dir>/<name>/runs/<id>", "metrics.json")
+    if cfg.get("kind", "head") not in ("head", "retrieval"):
+        raise UserError(f"kind={cfg.kind} is not one of [head, retrieval]", "pass kind=head (the culture's head) or kind=retrieval", "kind")

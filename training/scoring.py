@@ -136,21 +136,31 @@ def probabilities(
 
 
 def prediction_rows(
-    records: list[dict[str, Any]], scores: list[dict[str, list[float]]], heads: dict[str, Any], threshold: float
+    records: list[dict[str, Any]],
+    scores: list[dict[str, list[float]]],
+    heads: dict[str, Any],
+    threshold: float,
+    neighbours: list[dict[str, list[dict[str, Any]]] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per meme: each binary head's probability and decision (probability ≥ threshold), other heads' class
-    probabilities, and the OCR caption when one was read."""
+    probabilities, the OCR caption when one was read, and (a retrieval classifier) the neighbours that voted: their
+    ids, labels and similarities, nearest first."""
     rows = []
-    for record, score in zip(records, scores):
+    for position, (record, score) in enumerate(zip(records, scores)):
         row: dict[str, Any] = {"id": record["id"]}
         if "ocr_text" in record:
             row["ocr_text"] = record["ocr_text"]
+        explained = neighbours[position] if neighbours else None
         for name, head in heads.items():
             if head.is_binary:
                 row[f"{name}_probability"] = score[name][0]
                 row[f"{name}_decision"] = int(score[name][0] >= threshold)
             else:
                 row[f"{name}_probabilities"] = [round(p, 6) for p in score[name]]
+            if explained and name in explained:
+                row[f"{name}_neighbours"] = [n["id"] for n in explained[name]]
+                row[f"{name}_neighbour_labels"] = [n["label"] for n in explained[name]]
+                row[f"{name}_neighbour_similarities"] = [n["similarity"] for n in explained[name]]
         rows.append(row)
     return rows
 
@@ -159,4 +169,6 @@ def score(
     trainer: L.Trainer, model: Any, records: list[dict[str, Any]], batch_size: int, threshold: float, num_workers: int = 0
 ) -> list[dict[str, Any]]:
     """Prediction rows for `records` (see `prediction_rows`), the same on every rank."""
-    return prediction_rows(records, probabilities(trainer, model, records, batch_size, num_workers), model.heads, threshold)
+    rows = predict_in_order(trainer, model, records, batch_size, model.preprocessor, num_workers)
+    scores = [row["probabilities"] for row in rows]
+    return prediction_rows(records, scores, model.heads, threshold, [row.get("neighbours") for row in rows])

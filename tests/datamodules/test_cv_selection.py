@@ -1,4 +1,4 @@
-"""No held-out id reaches a training or selection loader, under every selection rule, on one or several ranks.
+"""No held-out id reaches a training, selection or retrieval-bank loader, under every selection rule, on one or several ranks.
 
 The held-out ids are computed here from the shards and the manifest's stored assignment, independently
 of the datamodule's filters; the loaders are then read as Lightning reads them (per rank, per worker).
@@ -67,8 +67,9 @@ def test_held_out_fold_reaches_only_the_test_stage(tmp_path, selection, own_val,
     held_out = {r["id"] for r in records if entry["assignment"][r["group"]] == fold}
     assert held_out and len(held_out) == entry["samples_per_fold"][fold]
 
-    trained, validated, tested = Counter(), Counter(), Counter()
+    trained, validated, tested, banked = Counter(), Counter(), Counter(), Counter()
     for module in modules:
+        banked.update(_ids(module.bank_dataloader()))  # what RGCL mines and retrieval classifies from
         for _ in range(3):  # resampled training epochs: several passes, any of them could leak
             trained.update(_ids(module.train_dataloader()))
         if selection == "last":
@@ -79,6 +80,8 @@ def test_held_out_fold_reaches_only_the_test_stage(tmp_path, selection, own_val,
 
     assert not set(trained) & held_out, "a held-out meme reached the training stream"
     assert not set(validated) & held_out, "a held-out meme reached the selection set"
+    assert not set(banked) & (held_out | set(validated)), "a held-out or selection meme reached the retrieval bank"
+    assert set(banked) == set(trained) and set(banked.values()) == {1}, "the bank holds every training meme once"
     assert set(tested) == held_out and set(tested.values()) == {1}, "the held-out fold is scored exactly once, all of it"
     assert dm.num_samples("test") == len(held_out)
     if selection == "inner" and own_val:

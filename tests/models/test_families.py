@@ -19,6 +19,7 @@ from packaging.version import Version
 import training.resolvers  # noqa: F401
 from datamodules.synthetic import SyntheticMemeSource, caption_corpus
 from models.module import MemeClassifier
+from models.retrieval.bank import Bank, rgcl_objective
 from models.tiny.bert import build_tiny_bert
 from models.tiny.clip import build_tiny_clip
 from tests.conftest import ROOT
@@ -56,6 +57,16 @@ FAMILIES = {
     ],
     "clip_fusion_cross": ["model=clip_fusion", "model.fusion.name_or_path={clip}"],
     "clip_fusion_align": ["model=clip_fusion", "model.fusion.name_or_path={clip}", "model.fusion.interaction=align"],
+    "clip_fusion_rgcl": [  # RGCL's settings of the model: pooled CLIP outputs, ReLU layers, embedding before the last activation
+        "model=clip_fusion",
+        "model.fusion.name_or_path={clip}",
+        "model.fusion.interaction=align",
+        "model.fusion.num_layers=3",
+        "+model.fusion.features=pooled",
+        "+model.fusion.activation=relu",
+        "+model.fusion.embedding=pre_activation",
+        "+model.fusion.fusion_dropout=0.4",
+    ],
 }
 
 
@@ -219,3 +230,49 @@ def test_a_real_pretrained_text_model_trains_as_model_text(tmp_path):
         loss_of(model, batch).backward()
         optimizer.step()
     assert loss_of(model, batch).item() < first
+
+
+def test_rgcls_clip_fusion_reads_pooled_features_and_embeds_before_the_last_activation(tiny, tmp_path):
+    overrides = [o.format(**{k: str(v) for k, v in tiny.items()}) for o in FAMILIES["clip_fusion_rgcl"]]
+    model = build_model(overrides, tmp_path).eval()
+    plain = build_model([o.format(clip=tiny["clip"]) for o in FAMILIES["clip_fusion_align"]], tmp_path)
+    fusion, config = model.backbone, model.backbone.clip.config
+    assert fusion.text_projection[0].in_features == config.text_config.hidden_size  # CLIP's pooled text output
+    assert fusion.image_projection[0].in_features == config.vision_config.hidden_size
+    assert plain.backbone.text_projection[0].in_features == config.projection_dim
+    keys = set(model.state_dict())
+    assert {"backbone.mlp.0.weight", "backbone.mlp.6.weight"} <= keys and not any("_tail" in k or "_body" in k for k in keys)
+    batch = one_batch(model)
+    with torch.no_grad():
+        embedding = model.embed(batch)
+        assert (embedding < 0).any()  # before the ReLU
+        logits = model(batch)
+        expected = model.head_layers(torch.relu(embedding))  # eval: the last dropout is the identity
+    for head in model.heads:
+        assert torch.allclose(logits[head], expected[head])
+
+
+EMBEDDING_FAMILIES = {name: overrides for name, overrides in FAMILIES.items() if name != "late_fusion"}
+EMBEDDING_FAMILIES["vlm_head"] = ["experiment=synthetic_vlm"]  # the last token's hidden state is the meme embedding
+
+
+@pytest.mark.parametrize("family", EMBEDDING_FAMILIES)
+def test_every_family_with_a_meme_embedding_trains_with_rgcl_and_classifies_by_retrieval(family, tiny, tmp_path):
+    """One RGCL gradient reaches the encoders, and retrieval scores every head from the bank (never a meme's own entry)."""
+    overrides = [o.format(**{k: str(v) for k, v in tiny.items()}) for o in EMBEDDING_FAMILIES[family]]
+    model = build_model([*overrides, "+model.rgcl={weight: 0.5, loss: nll}", "+model.classify=retrieval"], tmp_path)
+    batch = one_batch(model)
+    model.eval()
+    with torch.no_grad():
+        bank = Bank.of(model.embed(batch).float(), {head: batch["labels"][head] for head in model.heads}, list(batch["ids"]))
+    model.train()
+    contrast = rgcl_objective(model.embed(batch), batch["labels"], batch["ids"], bank)
+    contrast.backward()
+    assert torch.isfinite(contrast) and contrast > 0
+    trained = [p for name, p in model.backbone.named_parameters() if p.requires_grad and p.grad is not None and p.grad.abs().sum() > 0]
+    assert trained, f"{family}: the RGCL loss reaches no backbone parameter"
+    model.eval()
+    model.retrieval_bank = bank
+    with torch.no_grad():
+        logits = model(batch)
+    assert set(logits) == set(model.heads) and all(torch.isfinite(v).all() and v.abs().max() <= 1 for v in logits.values())

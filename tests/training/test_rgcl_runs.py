@@ -1,0 +1,205 @@
+"""RGCL training and retrieval classification through the entry points users run.
+
+One fold run trains with RGCL and scores its held-out fold by retrieval; it is exported as a retrieval culture
+adapter, which must hold the run's training memes only, score on another folder exactly as the run scored, name
+each decision's neighbours, and take new labelled memes without retraining.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from datamodules.predict_inputs import read_inputs
+from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
+from tests.training.test_export_predict import _shard_dir
+from training.retrieval_db import IDS_FILE
+
+RGCL = ("fold=0", "num_folds=3", "trainer.max_epochs=2", "+model.rgcl={weight: 0.5, loss: nll}", "+model.classify=retrieval")
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
+
+
+@pytest.fixture(scope="module")
+def rgcl_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The fold run, and its US retrieval export moved to a folder of its own (nothing left where it was written)."""
+    root = tmp_path_factory.mktemp("rgcl")
+    runner = TrainRun(data_dir, root / "runs")
+    runner(*SMALL_DATA, *RGCL, "print_table=false", env={"CROSSMOD_RUN_ID": "rgcl"})
+    run = root / "runs" / "synthetic_concat" / "runs" / "rgcl"
+    exported = _run("export.py", f"run={run}", "culture=US", "kind=retrieval", f"out={root / 'export'}")
+    assert exported.returncode == 0, exported.stderr[-4000:]
+    adapter = Path(shutil.move(root / "export" / "US", root / "elsewhere" / "US"))
+    return {"run": run, "adapter": adapter, "root": root}
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _held_out(run: Path) -> dict[str, float]:
+    with open(run / "predictions" / "test.csv") as handle:
+        return {r["id"]: float(r["probability"]) for r in csv.DictReader(handle) if r["head"] == "US"}
+
+
+def test_a_fold_run_trains_with_rgcl_and_scores_by_retrieval(rgcl_run):
+    run = rgcl_run["run"]
+    with open(run / "csv" / "metrics.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    logged = [(float(r["train/rgcl"]), float(r["train/cross_entropy"]), float(r["train/loss"])) for r in rows if r.get("train/rgcl")]
+    assert logged and all(math.isfinite(v) for row in logged for v in row)
+    assert all(abs(total - (0.5 * ce + 0.5 * rgcl)) < 1e-5 for rgcl, ce, total in logged)  # (1 - w)·CE + w·RGCL
+    held_out = _held_out(run)
+    assert held_out and all(0.0 < p < 1.0 for p in held_out.values())  # sigmoid of a vote in [-1, 1]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["best"]["test"]["mean"]["auroc"] == metrics["best"]["test"]["mean"]["auroc"]  # measured, not NaN
+
+
+def test_the_retrieval_database_of_a_fold_run_holds_its_training_memes_only(rgcl_run):
+    """No held-out meme and no inner-validation meme; every training meme with a US label, once."""
+    run, adapter = rgcl_run["run"], rgcl_run["adapter"]
+    ids = json.loads((adapter / IDS_FILE).read_text())
+    held_out = set(_held_out(run))
+    with open(run / "predictions" / "val.csv") as handle:
+        selection = {r["id"] for r in csv.DictReader(handle)}
+    assert held_out and selection and not (set(ids) & held_out) and not (set(ids) & selection)
+    everything = read_inputs(_shard_dir(run), ["train", "val"])
+    training = {r["id"] for r in everything if r["id"] not in held_out | selection and r["labels"].get("US") in (0, 1)}
+    assert sorted(ids) == sorted(training)
+    card = json.loads((adapter / "culture_card.json").read_text())
+    assert card["kind"] == "retrieval" and card["retrieval"]["size"] == len(ids) and card["retrieval"]["k"] == 20
+
+
+def test_the_moved_retrieval_adapter_scores_as_the_run_did_and_names_its_neighbours(rgcl_run, tmp_path):
+    """On another folder, offline: the held-out fold's P(hate) equals the run's own test scores, and each meme's
+    explanation lists the k voters, nearest first, none of them the meme itself."""
+    run, adapter = rgcl_run["run"], rgcl_run["adapter"]
+    out = tmp_path / "preds.jsonl"
+    result = _run("predict.py", f"adapters={adapter}", f"inputs={_shard_dir(run)}", "splits=[train,val]", f"out={out}")
+    assert result.returncode == 0, result.stderr[-4000:]
+    rows = {r["id"]: r for r in _rows(out)}
+    held_out = _held_out(run)
+    assert max(abs(rows[i]["US_probability"] - p) for i, p in held_out.items()) < 1e-5
+    bank = set(json.loads((adapter / IDS_FILE).read_text()))
+    for meme_id, row in rows.items():
+        similarities = row["US_neighbour_similarities"]
+        assert len(row["US_neighbours"]) == 20 and meme_id not in row["US_neighbours"] and set(row["US_neighbours"]) <= bank
+        assert similarities == sorted(similarities, reverse=True) and set(row["US_neighbour_labels"]) <= {0, 1}
+
+
+def test_evaluate_scores_a_retrieval_run_by_its_training_memes_as_its_test_stage_did(rgcl_run, data_dir, tmp_path):
+    """evaluate.py on the run dir: the database is rebuilt from the run's training folds under its selected weights, and
+    the held-out fold (split=auto) gets the run's own test scores."""
+    run = rgcl_run["run"]
+    result = _run("evaluate.py", f"ckpt={run}", f"paths.data_dir={data_dir}", *SMALL_DATA, f"out={tmp_path / 'report'}")
+    assert result.returncode == 0, result.stderr[-4000:]
+    with open(tmp_path / "report" / "predictions" / "rgcl.csv") as handle:
+        rows = {r["id"]: r for r in csv.DictReader(handle)}
+    held_out = _held_out(run)
+    assert set(rows) == set(held_out)
+    assert max(abs(float(rows[i]["US_probability"]) - p) for i, p in held_out.items()) < 1e-5
+
+
+def _near_duplicates(records: list[dict], folder: Path) -> Path:
+    """Each meme again under a new id, its image one pixel different (what a re-upload looks like)."""
+    folder.mkdir()
+    lines = []
+    for record in records:
+        image = Image.open(io.BytesIO(record["image"])).convert("RGB")
+        image.putpixel((0, 0), tuple(255 - c for c in image.getpixel((0, 0))))
+        name = record["id"].replace("/", "_") + ".png"
+        image.save(folder / name)
+        lines.append(json.dumps({"id": f"dup/{record['id']}", "text": record["text"], "image": name, "lang": record["lang"]}))
+    (folder / "memes.jsonl").write_text("\n".join(lines) + "\n")
+    return folder / "memes.jsonl"
+
+
+def test_adding_labelled_memes_decides_their_near_duplicates(rgcl_run, tmp_path):
+    """`training.retrieval_db add` puts the dataset's test memes (never in the run) into a copy of the adapter; with k=1
+    each near duplicate is then decided by its original, whatever the adapter decided before."""
+    run = rgcl_run["run"]
+    adapter = Path(shutil.copytree(rgcl_run["adapter"], tmp_path / "US"))
+    shards = _shard_dir(run)
+    originals = [r for r in read_inputs(shards, ["test"]) if r["lang"] == "en"]
+    duplicates = _near_duplicates(originals, tmp_path / "dups")
+
+    def predict(name: str) -> dict[str, dict]:
+        result = _run("predict.py", f"adapters={adapter}", f"inputs={duplicates}", "k=1", f"out={tmp_path / name}")
+        assert result.returncode == 0, result.stderr[-4000:]
+        return {r["id"]: r for r in _rows(tmp_path / name)}
+
+    before = predict("before.jsonl")
+    size = json.loads((adapter / "culture_card.json").read_text())["retrieval"]["size"]
+    added = _run("-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test")
+    assert added.returncode == 0, added.stderr[-4000:]
+    tests = read_inputs(shards, ["test"])
+    assert f"{len(tests)} added" in added.stdout
+    card = json.loads((adapter / "culture_card.json").read_text())
+    assert card["retrieval"]["size"] == size + len(tests) and card["retrieval"]["sources"][-1]["memes"] == len(tests)
+    after = predict("after.jsonl")
+    for original in originals:
+        row = after[f"dup/{original['id']}"]
+        assert row["US_neighbours"] == [original["id"]] and row["US_neighbour_similarities"][0] > 0.99
+        assert row["US_decision"] == original["labels"]["US"]
+        assert before[f"dup/{original['id']}"]["US_neighbours"] != [original["id"]]  # not in the database before
+    again = _run("-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test")
+    assert again.returncode == 1 and "already in" in again.stderr and "--skip-existing" in again.stderr
+
+
+def test_rgcl_settings_that_cannot_work_are_refused_naming_the_key(train_run):
+    result = train_run(*SMALL_DATA, "+model.rgcl={weight: 2}", check=False)
+    assert result.returncode != 0 and "model.rgcl.weight must be in (0, 1]" in result.stderr + result.stdout
+    assert "Run directory" not in result.stdout  # refused before a run folder exists
+    result = train_run(*SMALL_DATA, "+model.retrieval={k: 0}", check=False)
+    assert result.returncode != 0 and "model.retrieval" in result.stderr + result.stdout
+    result = train_run(*SMALL_DATA, "model=late_fusion", "+model.classify=retrieval", "trainer.max_epochs=1", check=False)
+    assert result.returncode != 0 and "no shared meme embedding" in result.stderr + result.stdout
+
+
+def test_the_side_by_side_table_scores_a_runs_predictions_as_scikit_learn_does(rgcl_run):
+    """scripts/retrieval_table.py: per culture AUROC and accuracy equal scikit-learn's on the run's test predictions, and
+    the synthetic memes' confounder pairs are found and counted."""
+    from sklearn.metrics import accuracy_score, roc_auc_score
+
+    from scripts.retrieval_table import render, scores
+
+    run = rgcl_run["run"]
+    measured = scores(run)
+    with open(run / "predictions" / "test.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    for head, entry in measured.items():
+        mine = [r for r in rows if r["head"] == head]
+        labels, probabilities = [int(float(r["label"])) for r in mine], [float(r["probability"]) for r in mine]
+        assert entry["auroc"] == pytest.approx(roc_auc_score(labels, probabilities), abs=1e-12)
+        assert entry["acc"] == pytest.approx(accuracy_score(labels, [int(p >= 0.5) for p in probabilities]), abs=1e-12)
+        assert entry["flip_pairs"]["pairs"] == entry["flip_pairs_text"]["pairs"] + entry["flip_pairs_image"]["pairs"]
+    assert sum(entry["flip_pairs"]["pairs"] for entry in measured.values()) > 0
+    results = {
+        "epochs": 2,
+        "seed": 1,
+        "machine": "here",
+        "rows": [
+            {
+                "dataset": "synthetic",
+                "variant": "RGCL + retrieval",
+                "command": "python train.py",
+                "selection": {"rule": "inner"},
+                "scores": measured,
+            }
+        ],
+    }
+    table = render(results)
+    assert "| RGCL + retrieval |" in table and "Selection (`inner`)" in table
