@@ -179,6 +179,8 @@ class MemeClassifier(L.LightningModule):
         return output
 
     def _bank(self) -> Bank:
+        if self.retrieval_bank is not None and self.retrieval_bank.embeddings.device != self.device:
+            self.retrieval_bank = self.retrieval_bank.to(self.device)  # once, on the first batch on another device
         if self.retrieval_bank is None:
             raise RuntimeError(
                 "no retrieval bank: training builds it from the training memes (callbacks.retrieval_bank); to score a "

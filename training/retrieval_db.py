@@ -70,7 +70,7 @@ class Embedder(L.LightningModule):
         self.model = model
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
-        output: dict[str, Any] = {"embedding": self.model.embed(batch).float()}
+        output: dict[str, Any] = {"embedding": self.model.embed(batch).float().cpu()}  # the database is kept on the host
         for key in ("index", "ids", "labels"):
             if key in batch:
                 output[key] = batch[key]
@@ -94,11 +94,12 @@ def run_training_bank(run_dir: Path, config: dict[str, Any], model: Any) -> Bank
     datamodule.connect(model.preprocessor)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    # one device of this machine (a GPU when it has one): export.py is one process
     trainer = L.Trainer(
-        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+        accelerator="auto", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
     )
     outputs = trainer.predict(Embedder(model), dataloaders=datamodule.bank_dataloader(), return_predictions=True) or []
-    labels = {head: torch.cat([torch.as_tensor(o["labels"][head]).long() for o in outputs]) for head in model.heads}
+    labels = {head: torch.cat([torch.as_tensor(o["labels"][head]).long().cpu() for o in outputs]) for head in model.heads}
     ids = [str(meme_id) for o in outputs for meme_id in o["ids"]]
     return Bank.of(torch.cat([o["embedding"] for o in outputs]), labels, ids)
 

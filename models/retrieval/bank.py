@@ -30,6 +30,10 @@ class Bank:
             raise ValueError("a bank holds each meme once; its ids repeat")
         return cls(F.normalize(embeddings.detach(), dim=-1), {h: v.long() for h, v in labels.items()}, list(ids))
 
+    def to(self, device: torch.device) -> Bank:
+        """The bank on the device the model scores on (a loaded database starts on the host)."""
+        return Bank(self.embeddings.to(device), {h: v.to(device) for h, v in self.labels.items()}, self.ids)
+
 
 def rgcl_objective(
     embeddings: torch.Tensor,

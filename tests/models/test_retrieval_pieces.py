@@ -134,3 +134,25 @@ def test_retrieval_scores_vote_among_the_neighbours_labelled_for_each_head():
     # US: nearest besides m3 are m2 (1.2, label 0, cos 0.7) then m4 (3.0, label 1, cos 1.1); DE skips unlabelled m3 too
     assert scores["US"].item() == pytest.approx((2 * -math.cos(0.7) + 1 * math.cos(1.1)) / 3, rel=1e-6)
     assert scores["DE"].item() == pytest.approx((2 * math.cos(0.7) - 1 * math.cos(1.1)) / 3, rel=1e-6)
+
+
+def _scored_on(device: torch.device) -> dict[str, torch.Tensor]:
+    """A database loaded on the host, scored by a model on `device` (what predict.py trainer=gpu does)."""
+    from models.retrieval.bank import Bank, retrieval_logits
+
+    bank = Bank.of(torch.tensor([unit(a) for a in ANGLES]), {"US": torch.tensor([1, 1, 0, 0, 1])}, [f"b{n}" for n in range(5)])
+    moved = bank.to(device)
+    assert moved.embeddings.device.type == device.type and moved.labels["US"].device.type == device.type and moved.ids == bank.ids
+    return {head: v.cpu() for head, v in retrieval_logits(torch.tensor([unit(0.1)], device=device), ["q"], moved, k=2).items()}
+
+
+def test_a_bank_moves_to_the_scoring_device_with_its_votes_unchanged():
+    # the two nearest to 0.1 rad are b0 (0.0, hateful) and b1 (0.3, hateful): (2·cos 0.1 + 1·cos 0.2) / 3
+    expected = (2 * math.cos(0.1) + math.cos(0.2)) / 3
+    assert _scored_on(torch.device("cpu"))["US"].item() == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_bank_scores_the_same_on_the_gpu():
+    torch.testing.assert_close(_scored_on(torch.device("cuda")), _scored_on(torch.device("cpu")), atol=1e-5, rtol=0)
