@@ -14,11 +14,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import platform
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 from collections import defaultdict
@@ -26,6 +23,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python scripts/<name>.py` puts scripts/ first on the path, not the checkout
+    sys.path.insert(0, str(ROOT))
+
+from scripts.results_file import save_row, train_run, write_between  # noqa: E402
+
 RGCL = "+model.rgcl={weight: 0.5, loss: nll}"  # the paper's loss and 1:1 mix (hm_rgcl.yaml runs the script's triplet)
 VARIANTS: dict[str, list[str]] = {
     "plain head": [],
@@ -96,19 +98,7 @@ def train(dataset: str, variant: str, epochs: int, seed: int, log_dir: Path, mhc
     kept = [o.replace("{mhc_dir}", mhc_dir) for o in DATASETS[dataset][0] if o.split("=", 1)[0].lstrip("+") not in replaced]
     overrides = kept + VARIANTS[variant]
     run_id = f"{dataset}-{re.sub(r'[^A-Za-z0-9]+', '_', variant).strip('_')}"  # no comma: a path Hydra can take
-    command = [
-        sys.executable,
-        str(ROOT / "train.py"),
-        *overrides,
-        f"trainer.max_epochs={epochs}",
-        f"seed={seed}",
-        f"paths.log_dir={log_dir}",
-    ]
-    done = [run for run in log_dir.glob(f"*/runs/{run_id}") if (run / "metrics.json").is_file()]
-    if not done:  # a finished run under --log-dir (an interrupted job's) is scored again, not retrained
-        env = {**os.environ, "CROSSMOD_RUN_ID": run_id, "WANDB_MODE": "offline"}
-        subprocess.run([*command, "print_table=false"], cwd=ROOT, check=True, env=env)
-    (run_dir,) = log_dir.glob(f"*/runs/{run_id}")
+    run_dir = train_run(ROOT, overrides, run_id, log_dir, epochs, seed, reuse=True)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     shown = [o.replace(mhc_dir, "<mhc dir>") for o in overrides]
     return {
@@ -159,13 +149,12 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def update_table(results: dict[str, Any]) -> None:
-    text = TABLE_FILE.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{TABLE_FILE.relative_to(ROOT)} has no {START} … {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    TABLE_FILE.write_text(f"{head}{START}\n{render(results)}\n{END}{tail}")
+def _row_key(row: dict[str, Any]) -> tuple[str, str]:
+    return row["dataset"], row["variant"]
+
+
+def _row_order(row: dict[str, Any]) -> tuple[int, int]:
+    return list(DATASETS).index(row["dataset"]), list(VARIANTS).index(row["variant"])
 
 
 def main() -> None:
@@ -181,28 +170,13 @@ def main() -> None:
     parser.add_argument("--tables-only", action="store_true", help="re-render docs/retrieval.md from docs/retrieval.json")
     args = parser.parse_args()
     if not args.tables_only:
-        import torch
-
         with tempfile.TemporaryDirectory() as tmp:
             log_dir = args.log_dir or Path(tmp)
             for dataset in args.datasets:
-                for variant in [
-                    v for v in args.variants if dataset in VARIANT_DATASETS.get(v, DATASETS)
-                ]:  # saved after each run: an interrupted job keeps what it measured
+                for variant in [v for v in args.variants if dataset in VARIANT_DATASETS.get(v, DATASETS)]:
                     row = train(dataset, variant, args.epochs, args.seed, log_dir, args.mhc_dir)
-                    old = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": []}
-                    same_budget = (old.get("epochs"), old.get("seed")) == (args.epochs, args.seed)
-                    rows = [r for r in old["rows"] if same_budget and (r["dataset"], r["variant"]) != (dataset, variant)] + [row]
-                    rows.sort(key=lambda r: (list(DATASETS).index(r["dataset"]), list(VARIANTS).index(r["variant"])))
-                    results = {
-                        "epochs": args.epochs,
-                        "seed": args.seed,
-                        "rows": rows,
-                        "torch": torch.__version__,
-                        "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}), no GPU",
-                    }
-                    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    update_table(json.loads(RESULTS.read_text()))
+                    save_row(RESULTS, row, _row_key, _row_order, {"epochs": args.epochs, "seed": args.seed})
+    write_between(TABLE_FILE, START, END, render(json.loads(RESULTS.read_text())), ROOT)
     print(render(json.loads(RESULTS.read_text())))
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -23,6 +21,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python scripts/<name>.py` puts scripts/ first on the path, not the checkout
+    sys.path.insert(0, str(ROOT))
+
+from scripts.results_file import save_row, train_run, write_between  # noqa: E402
+
 # quoted: Hydra's override parser rejects a nested ${..}/path inside resolver arguments
 TINY_VLM = 'model.name_or_path="${{tiny_vlm:${{paths.assets_dir}}/tiny-{kind}-synthetic,{kind}}}"'
 # The verbalizer starts from the head run's fine-tuned base (configs/experiment/synthetic_vlm_verbalizer.yaml says
@@ -78,19 +81,9 @@ def train(family: str, epochs: int, seed: int, log_dir: Path) -> dict:
     if any(HEAD_BASE in o for o in overrides):
         base = head_base(log_dir)
         overrides = [o.replace(HEAD_BASE, base) for o in overrides]
-    command = [
-        sys.executable,
-        str(ROOT / "train.py"),
-        *overrides,
-        f"trainer.max_epochs={epochs}",
-        f"seed={seed}",
-        f"paths.log_dir={log_dir}",
-        "print_table=false",
-    ]
     start = time.time()
-    subprocess.run(command, cwd=ROOT, check=True, env={**os.environ, "CROSSMOD_RUN_ID": run_id, "WANDB_MODE": "offline"})
+    run_dir = train_run(ROOT, overrides, run_id, log_dir, epochs, seed)
     wall = round(time.time() - start, 1)
-    (run_dir,) = log_dir.glob(f"*/runs/{run_id}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     return {
         "family": family,
@@ -125,12 +118,11 @@ def render(results: dict) -> str:
 
 def update_tables(results: dict) -> None:
     for path in TABLE_FILES:
-        text = path.read_text()
-        if START not in text or END not in text:
-            raise SystemExit(f"{path.relative_to(ROOT)} has no {START} … {END} markers")
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(END, 1)
-        path.write_text(f"{head}{START}\n{render(results)}\n{END}{tail}")
+        write_between(path, START, END, render(results), ROOT)
+
+
+def _family(row: dict) -> str:
+    return row["family"]
 
 
 def main() -> None:
@@ -143,25 +135,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     if not args.readme_only:
-        import torch
-
         with tempfile.TemporaryDirectory() as tmp:
-            for family in args.families:  # saved after each family: an interrupted run keeps what it measured
+            for family in args.families:  # families not re-run keep their rows when the budget is the same
                 row = train(family, args.epochs, args.seed, Path(tmp))
-                rows = [row]
-                if RESULTS.is_file():  # families not re-run keep their rows when the budget is the same
-                    old = json.loads(RESULTS.read_text())
-                    if (old["epochs"], old["seed"]) == (args.epochs, args.seed):
-                        rows += [r for r in old["rows"] if r["family"] != family]
-                rows.sort(key=lambda r: list(FAMILIES).index(r["family"]))
-                results = {
-                    "epochs": args.epochs,
-                    "seed": args.seed,
-                    "rows": rows,
-                    "torch": torch.__version__,
-                    "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}), no GPU",
-                }
-                RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+                save_row(RESULTS, row, _family, lambda r: list(FAMILIES).index(r["family"]), {"epochs": args.epochs, "seed": args.seed})
     update_tables(json.loads(RESULTS.read_text()))
     print(render(json.loads(RESULTS.read_text())))
 
