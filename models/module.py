@@ -28,7 +28,7 @@ from datamodules.even_batches import FILLER
 from datamodules.heads import Head, parse_heads
 from evaluation.metrics import HeadMetrics
 from models.heads import HeadLayers, masked_loss
-from models.retrieval.bank import Bank, explain, retrieval_logits, rgcl_objective
+from models.retrieval.bank import Bank, explain, nearest, retrieval_logits, rgcl_objective, votes
 from models.retrieval.settings import CLASSIFY, RetrievalSettings, RGCLSettings
 from models.sharding import gathered, partition_summary, tell_transformers, zero3_config
 from models.trusted_targets import check_checkpoint
@@ -196,9 +196,10 @@ class MemeClassifier(L.LightningModule):
             probabilities = {name: head.probabilities(logits[name].float()) for name, head in self.heads.items()}
             return {"index": batch["index"], "probabilities": probabilities}
         embeddings, bank, k = self.embed(batch), self._bank(), self.retrieval.k
-        logits = retrieval_logits(embeddings, batch["ids"], bank, k, self.retrieval.weighting)
+        found = nearest(embeddings, batch["ids"], bank, k)  # one search: the vote and its explanation
+        logits = votes(found, bank, self.retrieval.weighting)
         probabilities = {name: head.probabilities(logits[name].float()) for name, head in self.heads.items()}
-        return {"index": batch["index"], "probabilities": probabilities, "neighbours": explain(embeddings, batch["ids"], bank, k)}
+        return {"index": batch["index"], "probabilities": probabilities, "neighbours": explain(found, bank)}
 
     def _loss(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> torch.Tensor:
         losses = [masked_loss(logits[name], labels[name], head)[0] for name, head in self.heads.items()]

@@ -215,7 +215,8 @@ def add(folder: Path, shards: str, splits: list[str] | None, skip_existing: bool
         raise DatabaseError(
             f"{folder} is a {card.get('kind', 'head')} export; memes are added to retrieval adapters (export.py kind=retrieval)"
         )
-    culture, current = card["culture"], read_database(folder, card["retrieval"])
+    culture, bank = card["culture"], model.retrieval_bank  # read and checked by load_culture
+    current = Database(bank.embeddings.cpu(), bank.labels[culture].to(torch.int8).cpu(), bank.ids)
     records = list(read_inputs(shards, splits))
     with_label = [r for r in records if (r.get("labels") or {}).get(culture) in (0, 1)]
     known = set(current.ids)

@@ -49,13 +49,11 @@ def rgcl_objective(
     labels (a meme hateful to one culture and not to another is a positive for the first and a negative for the
     second), and the heads' losses are averaged over the heads that had an anchor with a positive."""
     similarities = cosine_similarities(embeddings.detach(), bank.embeddings, same_ids(ids, bank.ids, embeddings.device))
-    losses = []
+    losses, counted = [], []
     for head, bank_labels in bank.labels.items():
         head_labels = labels[head].long()
         positive, negative = mine(similarities, head_labels, bank_labels, depth)
         has_positive, has_negative = positive >= 0, negative >= 0
-        if not has_positive.any():
-            continue
         losses.append(
             rgcl_loss(
                 embeddings,
@@ -69,48 +67,56 @@ def rgcl_objective(
                 margin,
             )
         )
-    return torch.stack(losses).mean() if losses else embeddings.sum() * 0.0
+        counted.append((has_positive & (head_labels >= 0)).any())
+    weights = torch.stack(counted).to(embeddings.dtype)  # on the device: no host sync per step
+    return (torch.stack(losses) * weights).sum() / weights.sum().clamp(min=1)
 
 
-def nearest(embeddings: torch.Tensor, ids: list[str], bank: Bank, head: str, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k nearest bank memes carrying `head`'s label, per query, nearest first: (similarities, bank indices); -inf
-    similarity (index meaningless) where fewer than k are labelled. A meme is never its own neighbour."""
+Neighbours = dict[str, tuple[torch.Tensor, torch.Tensor]]  # head -> (similarities, bank indices), nearest first
+
+
+def nearest(embeddings: torch.Tensor, ids: list[str], bank: Bank, k: int) -> Neighbours:
+    """Per head, the k nearest bank memes carrying that head's label, per query, nearest first: (similarities, bank
+    indices); -inf similarity (index meaningless) where fewer than k are labelled. One similarity matrix serves every
+    head. A meme is never its own neighbour."""
     if embeddings.shape[-1] != bank.embeddings.shape[-1]:
         raise ValueError(
             f"the retrieval database holds {bank.embeddings.shape[-1]}-d embeddings, this model makes {embeddings.shape[-1]}-d ones"
         )
     similarities = cosine_similarities(embeddings, bank.embeddings, same_ids(ids, bank.ids, embeddings.device))
-    bank_labels = bank.labels[head]
-    usable = similarities.masked_fill(bank_labels.unsqueeze(0) < 0, float("-inf"))
-    top = usable.topk(min(k, bank_labels.numel()), dim=1)
-    return top.values, top.indices
-
-
-def retrieval_logits(embeddings: torch.Tensor, ids: list[str], bank: Bank, k: int, weighting: str = "rank") -> dict[str, torch.Tensor]:
-    """Each head's retrieval score (RGCL's kNN vote, `knn_vote.knn_scores`) from the k nearest bank memes that carry
-    that head's label; a meme is never its own neighbour."""
-    scores = {}
+    found = {}
     for head, bank_labels in bank.labels.items():
-        values, indices = nearest(embeddings, ids, bank, head, k)
-        found = values > float("-inf")
-        neighbour_labels = torch.where(found, bank_labels[indices], torch.full_like(indices, -1))
+        top = similarities.masked_fill(bank_labels.unsqueeze(0) < 0, float("-inf")).topk(min(k, bank_labels.numel()), dim=1)
+        found[head] = (top.values, top.indices)
+    return found
+
+
+def votes(found: Neighbours, bank: Bank, weighting: str = "rank") -> dict[str, torch.Tensor]:
+    """Each head's retrieval score (RGCL's kNN vote, `knn_vote.knn_scores`) from its neighbours."""
+    scores = {}
+    for head, (values, indices) in found.items():
+        neighbour_labels = torch.where(values > float("-inf"), bank.labels[head][indices], torch.full_like(indices, -1))
         scores[head] = knn_scores(values.clamp(min=-1.0), neighbour_labels, weighting)
     return scores
 
 
-def explain(embeddings: torch.Tensor, ids: list[str], bank: Bank, k: int) -> dict[str, list[list[dict[str, object]]]]:
+def retrieval_logits(embeddings: torch.Tensor, ids: list[str], bank: Bank, k: int, weighting: str = "rank") -> dict[str, torch.Tensor]:
+    """Each head's retrieval score from the k nearest bank memes that carry that head's label."""
+    return votes(nearest(embeddings, ids, bank, k), bank, weighting)
+
+
+def explain(found: Neighbours, bank: Bank) -> dict[str, list[list[dict[str, object]]]]:
     """The neighbours that voted, per head and query, nearest first: id, that head's label and the similarity (what
     a retrieval classifier's decision can be audited by)."""
     explained: dict[str, list[list[dict[str, object]]]] = {}
-    for head, bank_labels in bank.labels.items():
-        values, indices = nearest(embeddings, ids, bank, head, k)
-        values, indices, labels = values.tolist(), indices.tolist(), bank_labels.tolist()
+    for head, (values, indices) in found.items():
+        values_, indices_, labels = values.tolist(), indices.tolist(), bank.labels[head].tolist()
         explained[head] = [
             [
                 {"id": bank.ids[i], "label": labels[i], "similarity": round(v, 4)}
                 for v, i in zip(row_values, row_indices)
                 if v > float("-inf")
             ]
-            for row_values, row_indices in zip(values, indices)
+            for row_values, row_indices in zip(values_, indices_)
         ]
     return explained
