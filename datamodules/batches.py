@@ -7,6 +7,8 @@ inside its worker processes (as the collation function of a batching stage or a 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any, Protocol
 
 
@@ -31,3 +33,31 @@ class SamplesToBatch:
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         return self.preprocessor.collate([self.preprocessor(sample) for sample in samples])
+
+
+class BatchesWithinShards:
+    """Pipeline stage: shard items → batches that never span two shards.
+
+    A batch's members, and the padding they share, then depend only on the shard, never on which rank or loader
+    worker reads it: evaluation scores are the same bits for any `data.num_workers` and number of ranks (a batch
+    that mixed two shards' memes padded them to another length, and scores moved in the last float digits). The cost
+    is one short batch per shard.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[Iterable[dict[str, Any]]], Iterator[dict[str, Any]]],
+        decode: Callable[[dict[str, Any]], dict[str, Any]],
+        keep: Callable[[dict[str, Any]], bool] | None,
+        batch_size: int,
+        to_batch: Callable[[list[dict[str, Any]]], Any],
+    ) -> None:
+        self.read, self.decode, self.keep, self.batch_size, self.to_batch = read, decode, keep, batch_size, to_batch
+
+    def __call__(self, shards: Iterable[dict[str, Any]]) -> Iterator[Any]:
+        for shard in shards:
+            samples = map(self.decode, self.read([shard]))
+            if self.keep is not None:
+                samples = filter(self.keep, samples)
+            while chunk := list(islice(samples, self.batch_size)):
+                yield self.to_batch(chunk)

@@ -6,12 +6,15 @@ The rule, for epoch e of a run with seed s over N training memes, `world` ranks 
 2. rank r takes the r-th of `world` contiguous slices of C = ceil(N / world) places; places past N wrap to the start
    of the epoch's order, so the first C·world − N memes (at most world − 1) are seen twice and every rank runs the
    same number of batches;
-3. loader worker w of a rank takes the w-th of `workers` contiguous parts of its slice (sizes differing by at most
-   one, the same on every rank);
-4. a shuffle buffer seeded by (s, e, rank, worker) reorders each worker's memes; its last batch may be short: no
-   meme is dropped.
-A worker reads only the shards its part touches. `data.epoch=resampled` keeps the stream of shards drawn with
-replacement and epochs of a fixed length (`data.epoch_samples`), for streams too large to pass over.
+3. a shuffle buffer seeded by (s, e, r) reorders the rank's memes and they are cut into batches (its last batch may be
+   short: no meme is dropped);
+4. batch i of the rank goes to loader worker i mod `workers`, which is the order a DataLoader takes batches from its
+   workers in: the training process sees the same batches in the same order whatever `data.num_workers` is.
+Every worker reads the rank's records (the shard's JSON and image bytes, no decoding) to know the batches; only a
+worker's own batches are prepared (images decoded, text tokenized, collated), the work that costs. So a loader setting
+chosen for speed never changes a run's numbers (tests/training/test_same_seed.py). `data.epoch=resampled` keeps the
+stream of shards drawn with replacement and epochs of a fixed length (`data.epoch_samples`), for streams too large to
+pass over; its batches depend on the number of workers.
 """
 
 from __future__ import annotations
@@ -22,27 +25,20 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import webdataset as wds
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 Piece = tuple[str, int, int]  # a shard's url and the range [start, stop) of its training memes
 
 
-def slice_bounds(total: int, parts: int, part: int) -> tuple[int, int]:
-    """The `part`-th of `parts` contiguous pieces of `total` places, sizes differing by at most one."""
-    size, extra = divmod(total, parts)
-    start = part * size + min(part, extra)
-    return start, start + size + (1 if part < extra else 0)
-
-
-def epoch_pieces(counts: list[tuple[str, int]], seed: int, epoch: int, rank: int, world: int, worker: int, workers: int) -> list[Piece]:
-    """What one (rank, worker) reads in an epoch: shard pieces in order (see the module's rule)."""
+def epoch_pieces(counts: list[tuple[str, int]], seed: int, epoch: int, rank: int, world: int) -> list[Piece]:
+    """What one rank reads in an epoch: shard pieces in order (see the module's rule)."""
     order = list(counts)
     random.Random(f"{seed}:{epoch}").shuffle(order)
     total = sum(count for _, count in order)
     if total == 0:
         return []
     per_rank = math.ceil(total / world)
-    start, stop = (rank * per_rank + bound for bound in slice_bounds(per_rank, workers, worker))
+    start, stop = rank * per_rank, (rank + 1) * per_rank
     pieces: list[Piece] = []
     for lap_start in range(0, stop, total):  # wrapping places repeat the epoch's order from its start
         offset = lap_start
@@ -55,9 +51,9 @@ def epoch_pieces(counts: list[tuple[str, int]], seed: int, epoch: int, rank: int
 
 
 class EpochPasses(IterableDataset):
-    """Pipeline source: each pass over it is the next epoch, yielding this consumer's training memes (decoded), shuffled
-    in a buffer seeded by (seed, epoch, rank, worker). `epoch` is what a resumed stream sets
-    (datamodules/stream_position.ResumeAt)."""
+    """Pipeline source: each pass over it is the next epoch, yielding this rank's training memes (as records: JSON read,
+    image bytes undecoded), shuffled in a buffer seeded by (seed, epoch, rank), in every loader worker alike (the
+    worker's share is taken after batching). `epoch` is what a resumed stream sets (datamodules/stream_position.ResumeAt)."""
 
     def __init__(
         self,
@@ -76,10 +72,8 @@ class EpochPasses(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         # a generator: the epoch advances when the first meme is asked for, after a resume stage downstream has set it
         self.epoch += 1
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        pieces = epoch_pieces(self.counts, self.seed, self.epoch, self.rank, self.world, worker, workers)
-        order = wds.shuffle(self.buffer, self.buffer, seed=f"{self.seed}:{self.epoch}:{self.rank}:{worker}")
+        pieces = epoch_pieces(self.counts, self.seed, self.epoch, self.rank, self.world)
+        order = wds.shuffle(self.buffer, self.buffer, seed=f"{self.seed}:{self.epoch}:{self.rank}")
         yield from order(self._memes(pieces))
 
     def _memes(self, pieces: list[Piece]) -> Iterator[dict[str, Any]]:
@@ -95,7 +89,6 @@ class EpochPasses(IterableDataset):
                 index += 1
 
 
-def batches_per_rank(total: int, world: int, workers: int, batch_size: int) -> int:
-    """Batches each rank runs in an epoch: its workers' parts, each cut into batches (the last one may be short)."""
-    per_rank = math.ceil(total / world)
-    return sum(math.ceil((stop - start) / batch_size) for start, stop in (slice_bounds(per_rank, workers, w) for w in range(workers)))
+def batches_per_rank(total: int, world: int, batch_size: int) -> int:
+    """Batches each rank runs in an epoch: its slice cut into batches (the last one may be short)."""
+    return math.ceil(math.ceil(total / world) / batch_size)

@@ -5,7 +5,8 @@ rank (datamodules/epoch_passes.py; `epoch=resampled` streams shards drawn with r
 length instead); the stream's position travels in checkpoints (`state_dict`), so a resumed run sees the batches
 the uninterrupted run would (datamodules/stream_position.py). Evaluation is exact: each val/test shard
 goes to exactly one (rank, worker) consumer, so every sample is scored once, whatever the number of
-ranks, workers and shards. What each stage reads in a fold run, and which rule chose the scored
+ranks, workers and shards, in batches that never span two shards (the same batches, so the same scores, for any
+number of ranks and workers). Training batches do not depend on the number of loader workers either. What each stage reads in a fold run, and which rule chose the scored
 weights, is datamodules/selection_rules.py.
 """
 
@@ -25,7 +26,7 @@ from filelock import FileLock
 from torch.utils.data import DataLoader, get_worker_info
 
 from datamodules.ablation import DecodeAblated
-from datamodules.batches import Preprocessor, SamplesToBatch
+from datamodules.batches import BatchesWithinShards, Preprocessor, SamplesToBatch
 from datamodules.epoch_passes import EpochPasses, batches_per_rank
 from datamodules.even_batches import EvenBatches, sum_over_ranks
 from datamodules.folds import (
@@ -434,8 +435,10 @@ class MemeDataModule(L.LightningDataModule):
         if self.epoch == "pass":
             counts = self._training_counts(urls, splits, keep)
             source = EpochPasses(counts, self._decoded_reader(), keep, self.seed, rank, world, self.shuffle_buffer)
-            stages: list[Any] = [source, *self._training_batches(rank, partial=True)]
-            length = batches_per_rank(sum(count for _, count in counts), world, workers, self.batch_size)
+            resume = self.resume.stage(source, shared=True)  # every worker batches the rank's memes, then keeps its share
+            stages: list[Any] = [source, *self._training_batches(rank, partial=True, collate=False), resume]
+            stages.append(wds.map(SamplesToBatch(self.preprocessor)))
+            length = batches_per_rank(sum(count for _, count in counts), world, self.batch_size)
         else:
             samples = self.epoch_samples or self.num_samples("train")
             batches = max(1, math.ceil(samples / (self.batch_size * world)))
@@ -450,8 +453,9 @@ class MemeDataModule(L.LightningDataModule):
                 stages.append(wds.select(keep))
             stages += self._training_batches(rank, partial=False)
             length = math.ceil(batches / workers) * workers
-        resume = self.resume.stage(source)
-        pipeline = wds.DataPipeline(*stages, resume, *self._handover())
+            resume = self.resume.stage(source)
+            stages.append(resume)
+        pipeline = wds.DataPipeline(*stages, *self._handover())
         if self.epoch == "resampled":
             pipeline = pipeline.with_epoch(length // workers)
         loader = self._loader(pipeline.with_length(length))
@@ -475,18 +479,20 @@ class MemeDataModule(L.LightningDataModule):
             self._counts_for = (self.fold, id(self.roles))
         return self._counts
 
-    def _training_batches(self, rank: int, partial: bool) -> list[Any]:
+    def _training_batches(self, rank: int, partial: bool, collate: bool = True) -> list[Any]:
         """The batching stages: shuffled order, or memes of similar length together (`group_by_length`). `partial`: a
-        pass's last, short batch is kept (no meme dropped)."""
-        collate = SamplesToBatch(self.preprocessor)
+        pass's last, short batch is kept (no meme dropped). `collate=False`: batches stay lists of records (prepared
+        later, by the worker that keeps them)."""
+        to_batch = SamplesToBatch(self.preprocessor) if collate else None
         if not self.group_by_length:
-            return [wds.batched(self.batch_size, collation_fn=collate, partial=partial)]
+            return [wds.batched(self.batch_size, collation_fn=to_batch, partial=partial)]
         length = getattr(self.preprocessor, "length", None)
         if length is None:
             raise ValueError(
                 f"data.group_by_length needs the model's preprocessor to count a meme's tokens; {type(self.preprocessor).__name__} has no `length`"
             )
-        return [LengthGroupedBatches(self.batch_size, self.length_groups, length, self.seed + rank, partial), wds.map(collate)]
+        grouped = LengthGroupedBatches(self.batch_size, self.length_groups, length, self.seed + rank, partial)
+        return [grouped, wds.map(to_batch)] if to_batch is not None else [grouped]
 
     def _eval_dataloader(self, stage: str) -> DataLoader:
         rank, world = self._rank_world()
@@ -497,16 +503,12 @@ class MemeDataModule(L.LightningDataModule):
                 f"{self.dataset_dir}: no shards for {stage} splits {list(splits)}; give the dataset that split (e.g. the "
                 "source's val_share) or run a fold (fold=k: validation is carved from the training folds)"
             )
+        keep = RoleFilter(self.roles, role) if role is not None else None
+        to_batch = SamplesToBatch(self.preprocessor)
         stages: list[Any] = [
             wds.SimpleShardList(urls),
             ShardsForConsumer(rank, world),
-            self._reader(),
-            wds.map(self.decode),
-        ]
-        if role is not None:
-            stages.append(wds.select(RoleFilter(self.roles, role)))
-        stages += [
-            wds.batched(self.eval_batch_size, collation_fn=SamplesToBatch(self.preprocessor), partial=True),
+            BatchesWithinShards(self._reader(), self.decode, keep, self.eval_batch_size, to_batch),
             *self._handover(),
         ]
         loader = self._loader(wds.DataPipeline(*stages))

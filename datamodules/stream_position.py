@@ -5,9 +5,11 @@ its epoch counter lives in the dataset object of each loader process, which a fr
 A checkpoint records the stream's position (`training_position`: the epoch running or about to run and the
 batches of it already trained on); on resume the datamodule's `StreamResume` sets it in the stream's
 `StreamPosition`, and `ResumeAt`, a stage of the stream, applies it once at the start of a pass of every
-loader process: the resampled shards start at that epoch and the batches already trained on are dropped. Exact with
-`data.num_workers` <= 1; with more workers the rest of the interrupted epoch is the same batches in a rotated
-worker order (batch i of an epoch comes from worker i mod workers).
+loader process: the stream starts at that epoch and the batches already trained on are dropped. An epoch that is a
+pass (datamodules/epoch_passes.py) resumes exactly with any number of loader workers: every worker sees the rank's
+batches and keeps its share counted from the resume point, batch i of the rest going to worker i mod workers, the order
+the DataLoader takes them in. A resampled stream is exact with `data.num_workers` <= 1; with more workers the rest
+of the interrupted epoch is the same batches in a rotated worker order.
 
 The position lives in shared memory: Lightning restores a DeepSpeed run's checkpoint after it has built (and
 started) the training loader, so the position must reach loader workers that already exist.
@@ -20,7 +22,6 @@ from typing import Any
 
 import lightning as L
 import torch
-import webdataset as wds
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, get_worker_info
 
@@ -65,25 +66,27 @@ class StreamPosition:
 
 class ResumeAt:
     """Stream stage after batching: on its first pass after a position is set, starts `shards` at the
-    position's epoch and drops this worker's share of the batches already trained on."""
+    position's epoch and drops the batches already trained on. `shared`: every loader worker sees the rank's whole
+    stream of batches, and this stage also keeps the worker's share (batch i after the resume point goes to worker
+    i mod workers); otherwise each worker has a stream of its own and drops its part of the batches done."""
 
-    def __init__(self, shards: wds.ResampledShards, position: StreamPosition) -> None:
-        self.shards, self.position = shards, position
+    def __init__(self, shards: Any, position: StreamPosition, shared: bool = False) -> None:
+        self.shards, self.position, self.shared = shards, position, shared
         self.passes = 0  # passes started in this process
         self.applied = 0  # settings of the position applied in this process
 
     def __call__(self, batches: Iterable[Any]) -> Iterator[Any]:
         this_pass, self.passes = self.passes, self.passes + 1
         times, from_pass, epoch, done = self.position.read()
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         skip = 0
         if times != self.applied and this_pass >= from_pass:
             self.applied = times
             self.shards.epoch = epoch - 1  # incremented when the shards' pass starts, after this
-            info = get_worker_info()
-            worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-            skip = done // workers + (1 if worker < done % workers else 0)
+            skip = done if self.shared else done // workers + (1 if worker < done % workers else 0)
         for index, batch in enumerate(batches):
-            if index >= skip:
+            if index >= skip and (not self.shared or (index - skip) % workers == worker):
                 yield batch
 
 
@@ -96,13 +99,14 @@ class StreamResume:
         self._pending: tuple[int, int] | None = None
         self._running: tuple[DataLoader, StreamPosition] | None = None
 
-    def stage(self, shards: wds.ResampledShards) -> ResumeAt:
-        """The resume stage of a new train stream over `shards` (it takes the waiting position, if any)."""
+    def stage(self, shards: Any, shared: bool = False) -> ResumeAt:
+        """The resume stage of a new train stream over `shards` (it takes the waiting position, if any); `shared` as
+        in ResumeAt."""
         position = StreamPosition()
         if self._pending is not None:
             position.set(*self._pending)
             self._pending = None
-        return ResumeAt(shards, position)
+        return ResumeAt(shards, position, shared)
 
     def running(self, loader: DataLoader, stage: ResumeAt) -> None:
         """The train loader of the current fit, whose stream has `stage`."""

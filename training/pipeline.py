@@ -6,6 +6,7 @@ held-out fold is the test stage, scored once at the end, and no choice made duri
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +16,24 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from datamodules.selection_rules import RULES
 from models.sharding import is_zero3, parameter_counts
+from training.callbacks.interruption import Interrupted, InterruptionCheckpoint
 from training.callbacks.rng_states import RngStates
 from training.console import configure_console
 from training.consolidate import restore_weights, zero_state_dict
+from training.finished_run import finished_run_checkpoints
 from training.report import print_table
+from training.run_environment import run_environment
+from training.run_status import RunStatus, command_line
 from training.runs import copy_manifest, nest, save_config, write_metrics
 from training.selection import NO_VALIDATION, without_selection
 from training.slurm import SlurmRequeue, check_allocation, scoring_weights_in_memory
 from training.strategies import with_default_strategy
+from training.threads import share_cores
 
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -42,13 +49,40 @@ def flush_subnormals() -> None:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Fit, then score the best checkpoint on val and test; return (and save) the metrics."""
+    """Fit, then score the best checkpoint on val and test; return (and save) the metrics. The run's status file says
+    how it ended; a signal saves a resumable checkpoint and exits with 128 + its number (training/callbacks/interruption.py)."""
     configure_console()
     flush_subnormals()
     check_allocation(cfg.trainer)  # under srun: trainer nodes x devices must match the job's tasks
     L.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    status = RunStatus(run_dir)
+    interruption = InterruptionCheckpoint(run_dir / "checkpoints" / "last.ckpt")
+    interruption.install()
+    status.write("running")
+    try:
+        metrics = _run(cfg, run_dir, interruption)
+    except (SIGTERMException, Interrupted):
+        name = signal.Signals(interruption.signum or signal.SIGTERM).name
+        facts: dict[str, Any] = {"signal": name, "checkpoint": str(interruption.saved) if interruption.saved else None}
+        if interruption.saved:
+            facts["resume"] = f"{command_line()} ckpt_path={interruption.saved}"
+        status.write("interrupted", **facts)
+        rank_zero_info(
+            f"Stopped by {name}" + (f"; resume with: {facts['resume']}" if interruption.saved else " (outside training: nothing to resume)")
+        )
+        raise SystemExit(interruption.exit_status()) from None
+    except BaseException as error:
+        if not (isinstance(error, SystemExit) and error.code in (None, 0)):
+            status.write("failed", error=f"{type(error).__name__}: {error}"[:2000])
+        raise
+    slim = finished_run_checkpoints(run_dir, metrics.get("best_checkpoint"), keep=bool(cfg.get("keep_resume_checkpoints", False)))
+    status.write("finished", **({"removed_resume_checkpoints": slim} if slim else {}))
+    return metrics
+
+
+def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -> dict[str, Any]:
 
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
@@ -60,7 +94,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         transfer = plan_transfer(cfg.eval_data, TransferOptions.from_config(cfg.get("transfer")), model)
     # Exact resume everywhere (RNG states travel in checkpoints, as the datamodule's stream position does);
     # the signal handling and requeue only inside a SLURM job.
-    callbacks = _instantiate_all(cfg.get("callbacks")) + [RngStates(), SlurmRequeue(enabled=SLURMEnvironment.detect())]
+    callbacks = _instantiate_all(cfg.get("callbacks")) + [RngStates(), SlurmRequeue(enabled=SLURMEnvironment.detect()), interruption]
     no_validation = datamodule.selection == "last"  # fixed schedule, final weights (fold run or not): no validation loop
     if no_validation:
         callbacks = without_selection(callbacks)
@@ -68,6 +102,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trainer_cfg = with_default_strategy(cfg.trainer)
     trainer: L.Trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False, **(NO_VALIDATION if no_validation else {}))
     datamodule.lockstep_eval_under_sharding = is_zero3(trainer.strategy)  # sharded forwards are collectives
+    share_cores(trainer.num_devices)  # this run's processes on the node share its cores
 
     if trainer.is_global_zero:
         save_config(cfg, run_dir)
@@ -124,6 +159,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "global_step": trainer.global_step,
         "epochs": trainer.current_epoch,
         "parameters": parameter_counts(model.parameters()),
+        "environment": run_environment(trainer, datamodule.num_workers),
         "best": {"val": nest(scores, "val"), "test": nest(scores, "test")},
         "final": {"val": nest(final_val, "val")},
     }

@@ -30,6 +30,20 @@ def run_id() -> str:
     return time.strftime("%Y-%m-%d_%H-%M-%S") + trial
 
 
+def run_folder(ckpt_path: Any, new: str) -> str:
+    """The run directory: a run resumed from a checkpoint of a run that did not finish (`ckpt_path=<run>/checkpoints/
+    <file>` or a SLURM `<run>/hpc_ckpt_<n>.ckpt`, the run without metrics.json) continues in that run's folder: its
+    best-checkpoint tracking, logs and status carry on. Any other run gets `new`: a finished run trained further
+    keeps its own results, and a checkpoint outside a run folder starts a new one."""
+    if ckpt_path in (None, ""):
+        return new
+    path = Path(str(ckpt_path))
+    for candidate in (path.parent.parent, path.parent) if path.parent.name == "checkpoints" else (path.parent,):
+        if (candidate / "config.yaml").is_file() and (candidate / ".hydra").is_dir():
+            return new if (candidate / "metrics.json").exists() else str(candidate)
+    return new
+
+
 def run_name(*, _root_) -> str:
     """The name of a run started without `experiment=` or `name=`: `<data>_<model>` from Hydra's choices.
 
@@ -181,6 +195,7 @@ def register() -> None:
     for name, fn in {
         "run_id": run_id,
         "run_name": run_name,
+        "run_folder": run_folder,
         "multirun_name": multirun_name,
         "cv_group": cv_group,
         "wandb_offline": wandb_offline,

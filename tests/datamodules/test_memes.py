@@ -49,6 +49,35 @@ def test_every_eval_sample_is_seen_exactly_once(tmp_path, world, workers):
     assert len(seen) == expected and set(seen.values()) == {1}
 
 
+@pytest.mark.parametrize("fold", [None, 0], ids=["train-split", "fold-run"])
+def test_training_batches_do_not_depend_on_the_loader_workers(tmp_path, fold):
+    """Batch i of a rank goes to worker i mod workers, the order a DataLoader takes them in: the training process sees
+    the same batches in the same order for any data.num_workers (two epochs, two ranks)."""
+    folds = {"fold": fold, "num_folds": 3} if fold is not None else {}
+    streams = {}
+    for workers in (0, 1, 2, 3):
+        for rank in range(2):
+            dm = _datamodule(tmp_path, rank=rank, world=2, num_workers=workers, batch_size=8, samples_per_shard=40, **folds)
+            loader = dm.train_dataloader()
+            streams[workers, rank] = [[list(batch["ids"]) for batch in loader] for _ in range(2)]
+    for rank in range(2):
+        assert streams[0, rank] == streams[1, rank] == streams[2, rank] == streams[3, rank], rank
+    assert streams[0, 0] != streams[0, 1]
+
+
+def test_eval_batches_do_not_depend_on_ranks_or_workers(tmp_path):
+    """A val batch never spans two shards: the same memes share a batch (and its padding) for any ranks and workers."""
+    batchings = []
+    for world, workers in ((1, 0), (1, 2), (2, 0), (3, 2)):
+        batches = []
+        for rank in range(world):
+            dm = _datamodule(tmp_path, rank=rank, world=world, num_workers=workers, samples_per_shard=40, eval_batch_size=7)
+            batches += [tuple(batch["ids"]) for batch in dm.val_dataloader()]
+        batchings.append(sorted(batches))
+    assert all(batching == batchings[0] for batching in batchings)
+    assert any(len(batch) < 7 for batch in batchings[0]), "shards of 40 leave short batches: the test sees shard boundaries"
+
+
 def test_more_consumers_than_shards_still_covers_everything(tmp_path):
     seen = Counter()
     for rank in range(2):

@@ -165,7 +165,9 @@ def test_train_sbatch_two_nodes(slurm: Slurm):
         # exact evaluation: every sample scored once per head over both ranks
         assert len(ids) == manifest["counts"]["split"][stage] * heads
         assert len(set(ids)) == manifest["counts"]["split"][stage]
-    assert (run_dir / "checkpoints" / "last.ckpt").exists() and metrics["best_checkpoint"]
+    # finished: the scored weights stay, the resume-only last.ckpt went (training/finished_run.py)
+    assert not (run_dir / "checkpoints" / "last.ckpt").exists() and Path(metrics["best_checkpoint"]).is_file()
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
 
 
 def test_allocation_mismatch_fails_with_both_numbers(slurm: Slurm):
@@ -186,6 +188,7 @@ PREEMPT = [
     "data.epoch=resampled",
     "data.num_workers=1",
     "seed=7",
+    "keep_resume_checkpoints=true",  # the test reads the requeue checkpoint after the run
 ]
 
 
@@ -280,7 +283,7 @@ def test_zero3_job_on_two_nodes_resumes_exactly_after_preemption(slurm: Slurm, t
     overrides = [
         *CPU_TRAINER, "strategy=deepspeed_zero3", "model=vlm", f"model.name_or_path={tiny_qwen}",
         "model.preprocessor.image_size=56", f"data.batch_size={batch}", "data.num_workers=0",
-        f"+data.epoch_samples={samples}", "data.epoch=resampled", "trainer.max_epochs=2", "seed=7",
+        f"+data.epoch_samples={samples}", "data.epoch=resampled", "trainer.max_epochs=2", "seed=7", "keep_resume_checkpoints=true",
     ]  # fmt: skip
     sbatch = ["--nodes=2", "--ntasks-per-node=1", *CPU_JOB]
     reference = slurm.submit("train.sbatch", sbatch, overrides)

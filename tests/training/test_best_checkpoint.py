@@ -24,7 +24,14 @@ def _load(path: Path) -> dict:
 def run(data_dir, tmp_path_factory) -> tuple[Path, TrainRun]:
     train_run = TrainRun(data_dir, tmp_path_factory.mktemp("best") / "runs")
     # the whole test split, as evaluate.py scores it
-    train_run(*SMALL_DATA, "debug=limit", "trainer.limit_test_batches=1.0", "print_table=false", env={"CROSSMOD_RUN_ID": "w"})
+    train_run(
+        *SMALL_DATA,
+        "debug=limit",
+        "trainer.limit_test_batches=1.0",
+        "print_table=false",
+        "keep_resume_checkpoints=true",
+        env={"CROSSMOD_RUN_ID": "w"},
+    )
     return train_run.log_dir / "synthetic_concat" / "runs" / "w", train_run
 
 

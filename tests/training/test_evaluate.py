@@ -35,7 +35,16 @@ def _evaluate(*args: str) -> subprocess.CompletedProcess:
 def fold_sweep(data_dir, tmp_path_factory) -> Path:
     """Three real fold runs (fold=0,1,2 of 3) on the small synthetic set, shared by this module's tests."""
     runs = TrainRun(data_dir, tmp_path_factory.mktemp("cv"))
-    runs("-m", "fold=0,1,2", "num_folds=3", "debug=limit", "trainer.limit_test_batches=1.0", *SMALL_DATA, env={"CROSSMOD_RUN_ID": "cv"})
+    runs(
+        "-m",
+        "fold=0,1,2",
+        "num_folds=3",
+        "debug=limit",
+        "trainer.limit_test_batches=1.0",
+        "keep_resume_checkpoints=true",
+        *SMALL_DATA,
+        env={"CROSSMOD_RUN_ID": "cv"},
+    )
     return runs.log_dir / "synthetic_concat" / "multiruns" / "cv"
 
 

@@ -156,6 +156,7 @@ def test_transfer_run_scores_mhc_with_the_best_checkpoint_of_the_training_data(t
         f"eval_data.raw_dir={mhc_raw}",
         "transfer.head=MX",
         f"callbacks.model_checkpoint.monitor={monitor}",
+        "keep_resume_checkpoints=true",  # the final weights are compared below
         env={"CROSSMOD_RUN_ID": "xfer"},
     )
     run = train_run.log_dir / "synthetic_text" / "runs" / "xfer"

@@ -70,7 +70,7 @@ def test_resume_from_a_url_continues_the_uninterrupted_run(served, data_dir, tmp
     # a constant learning rate: the default schedule's length depends on max_epochs, so runs of 1 and 2 epochs differ
     source = (*COMMON, f"data.shard_dir={served['url']}", "test=false", "model.scheduler=null")
     run(*source, "trainer.max_epochs=2", env={"CROSSMOD_RUN_ID": "whole"})
-    run(*source, "trainer.max_epochs=1", env={"CROSSMOD_RUN_ID": "first"})
+    run(*source, "trainer.max_epochs=1", "keep_resume_checkpoints=true", env={"CROSSMOD_RUN_ID": "first"})
     runs = run.log_dir / "shards_concat" / "runs"
     run(*source, "trainer.max_epochs=2", f"ckpt_path={runs / 'first' / 'checkpoints' / 'last.ckpt'}", env={"CROSSMOD_RUN_ID": "resumed"})
     assert _val_history(runs / "resumed")[1] == pytest.approx(_val_history(runs / "whole")[1], abs=1e-6)

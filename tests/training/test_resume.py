@@ -20,7 +20,7 @@ def test_resume_from_last_checkpoint_continues_at_the_saved_step(train_run):
     # Monitoring the epoch number with mode=min makes epoch 0 the best and epoch 1 an epoch without
     # improvement: `last.ckpt` must still hold epoch 1, and the run scores the best one (epoch 0).
     never_improves = ("callbacks.model_checkpoint.monitor=epoch", "callbacks.model_checkpoint.mode=min")
-    train_run(*common, *never_improves, "trainer.max_epochs=2", "test=false")
+    train_run(*common, *never_improves, "trainer.max_epochs=2", "test=false", "keep_resume_checkpoints=true")
     (first,) = train_run.run_dirs("synthetic_concat")
     last = first / "checkpoints" / "last.ckpt"
     saved = torch.load(last, map_location="cpu", weights_only=False)

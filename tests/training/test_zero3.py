@@ -159,7 +159,7 @@ def test_resume_from_a_sharded_checkpoint_is_exact(zero3_run, data_dir, tiny_qwe
 
     train_run = TrainRun(data_dir, tmp_path / "runs")
     common = (*ZERO3, f"model.name_or_path={tiny_qwen}", "test=false")
-    train_run(*common, "trainer.max_epochs=1", env={"CROSSMOD_RUN_ID": "first"})
+    train_run(*common, "trainer.max_epochs=1", "keep_resume_checkpoints=true", env={"CROSSMOD_RUN_ID": "first"})
     last = train_run.log_dir / "synthetic_vlm" / "runs" / "first" / "checkpoints" / "last.ckpt"
     assert (last / "latest").is_file()
     train_run(*common, "trainer.max_epochs=2", f"ckpt_path={last}", env={"CROSSMOD_RUN_ID": "resumed"})

@@ -1,7 +1,8 @@
 """Write per-sample predictions (id, head, probability, label) of validate/test runs.
 
 Each rank writes its own part at epoch end (one device→host copy per epoch, none per step);
-rank 0 merges the parts into `<stage>.csv` after a barrier, so the file holds every sample once.
+rank 0 merges the parts into `<stage>.csv` after a barrier, so the file holds every sample once, in the order of
+their ids (the same file whatever the number of ranks and loader workers).
 """
 
 from __future__ import annotations
@@ -68,9 +69,15 @@ class PredictionWriter(L.Callback):
         trainer.strategy.barrier("predictions")
         if trainer.is_global_zero:
             parts = sorted(self.dirpath.glob(f"{stage}.rank*.csv"))
+            rows = []
+            for path in parts:
+                with open(path, newline="") as part_file:
+                    rows += csv.reader(part_file)
+            rows.sort(key=lambda row: row[0])  # by id (a meme's heads keep their order): the same file for any ranks and workers
             with open(self.dirpath / f"{stage}.csv", "w", newline="") as out:
-                out.write(",".join(COLUMNS) + "\n")
-                for path in parts:
-                    out.write(path.read_text())
-                    path.unlink()
+                writer = csv.writer(out)
+                writer.writerow(COLUMNS)
+                writer.writerows(rows)
+            for path in parts:
+                path.unlink()
         trainer.strategy.barrier("predictions-merged")
