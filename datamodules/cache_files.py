@@ -116,3 +116,22 @@ def append_line(target: Path, line: str, what: str) -> None:
         handle.write(line if line.endswith("\n") else line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def save_weights(tensors: dict, target: Path | str, metadata: dict[str, str] | None = None) -> Path:
+    """`safetensors.torch.save_file`, then the permissions a plain `open` gives (the umask's): safetensors writes 0600
+    whatever the umask, so a teammate could not read an export or checkpoint copied to shared storage. Every
+    safetensors file crossmod writes goes through here (tests/bad_input/test_file_permissions.py scans for others)."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(target), metadata=metadata)
+    os.chmod(target, 0o666 & ~_UMASK)
+    return Path(target)
+
+
+def shared_permissions(folder: Path) -> None:
+    """Give every file under `folder` the umask's permissions: libraries that save through safetensors
+    (`save_pretrained` of Transformers and PEFT) write 0600 whatever the umask. Links are left alone."""
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o666 & ~_UMASK)

@@ -20,10 +20,11 @@ import torch
 from hydra.utils import get_method, instantiate
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from omegaconf import DictConfig, OmegaConf
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 from torchmetrics import MeanMetric
 
+from datamodules.cache_files import save_weights
 from datamodules.even_batches import FILLER
 from datamodules.heads import Head, parse_heads
 from evaluation.metrics import HeadMetrics
@@ -283,7 +284,7 @@ class MemeClassifier(L.LightningModule):
                 self.backbone.save_adapter(directory)
                 if self.head_layers is not None:
                     weights = {k: v.detach().cpu().contiguous() for k, v in self.head_layers.state_dict().items()}
-                    save_file(weights, str(directory / "heads.safetensors"))
+                    save_weights(weights, str(directory / "heads.safetensors"))
                 (directory / "heads.json").write_text(json.dumps(self.hparams.heads, indent=1))
         return directory
 

@@ -61,6 +61,8 @@ DATA_TARGETS = frozenset(
         "datamodules.sources.multi3hate.Multi3HateSource",
         "datamodules.sources.toxictags.ToxicTagsSource",
         "datamodules.sources.jsonl_memes.JsonlMemeSource",
+        # what a data config's `describe` adds to the manifest (crossmod's own summaries of a source, pure functions)
+        "evaluation.dataset_report.manifest_summary",
     }
 )
 # Hydra's own keys; any other key starting with `_` (Lightning's `_instantiator`, `_class_path`) is refused.

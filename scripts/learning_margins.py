@@ -51,6 +51,17 @@ def _us_gap(metrics: dict, run_dir: Path) -> float:
     return matrix["US"]["US"] - matrix["US"]["CN"]
 
 
+def _head_after_ablation_budget(metrics: dict, run_dir: Path) -> float:
+    """The head run's val mean AUROC after the ablated runs' epochs, above the higher unimodal bound (ceiling +
+    tolerance): with both modalities the same epochs must pass what either modality alone allows."""
+    import csv
+
+    (log,) = run_dir.glob("csv/**/metrics.csv")
+    rows = [row for row in csv.DictReader(log.open()) if row.get("val/mean/auroc")]
+    bound = max(val_ceiling(run_dir, view) for view in ("text_only", "image_only")) + CEILING_TOLERANCE
+    return float(rows[ABLATION_EPOCHS - 1]["val/mean/auroc"]) - bound
+
+
 def _over_ceiling(view: str) -> Callable[[dict, Path], float]:
     def measure(metrics: dict, run_dir: Path) -> float:
         return metrics["best"]["val"]["mean"]["auroc"] - val_ceiling(run_dir, view)
@@ -82,6 +93,7 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "text": ("model=text", "test=false"),
     "image": ("model=image", "test=false"),
     "qwen2_vl_head": ("experiment=synthetic_vlm", "test=false"),
+    "qwen2_vl_head_6_epochs": ("experiment=synthetic_vlm", "trainer.max_epochs=6", "test=false"),  # the recipe's old budget
     "gemma3_head": ("experiment=synthetic_vlm", TINY_VLM.format(kind="gemma3"), "trainer.max_epochs=4", "test=false"),
     "smolvlm_head": ("experiment=synthetic_vlm", TINY_VLM.format(kind="smolvlm"), "trainer.max_epochs=4", "test=false"),
     "qwen2_vl_ablate_image": ("experiment=synthetic_vlm", "data.ablate=image", f"trainer.max_epochs={ABLATION_EPOCHS}", "test=false"),
@@ -94,7 +106,11 @@ CHECKS: dict[str, Check] = {
     "visual_bert": Check("visual_bert", _val, 0.90, True, "val mean AUROC"),
     "text_below_ceiling": Check("text", _over_ceiling("text_only"), CEILING_TOLERANCE, False, "val AUROC − text ceiling"),
     "image_below_ceiling": Check("image", _over_ceiling("image_only"), CEILING_TOLERANCE, False, "val AUROC − image ceiling"),
-    "qwen2_vl_head": Check("qwen2_vl_head", _val, 0.90, True, "val mean AUROC"),
+    "qwen2_vl_head": Check("qwen2_vl_head", _val, 0.90, True, "val mean AUROC (10 epochs)"),
+    "qwen2_vl_head_after_2_epochs": Check(
+        "qwen2_vl_head", _head_after_ablation_budget, 0.05, True, "val AUROC after 2 epochs − (higher unimodal ceiling + 0.03)"
+    ),
+    "qwen2_vl_head_6_epochs": Check("qwen2_vl_head_6_epochs", _val, 0.90, True, "val mean AUROC (6 epochs, the old budget)"),
     "gemma3_head": Check("gemma3_head", _val, 0.85, True, "val mean AUROC (4 epochs)"),
     "smolvlm_head": Check("smolvlm_head", _val, 0.85, True, "val mean AUROC (4 epochs)"),
     "qwen2_vl_ablate_image": Check(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,12 +24,13 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
+from datamodules.cache_files import save_weights, shared_permissions
 from datamodules.paths import OutsideRoot, ensure_within
 from models.module import MemeClassifier
 from models.trusted_targets import MODEL_ROOT, check_trusted
-from training.bases import BaseModelError, absolute_paths, override_keys, portable_bases, resolve_bases
+from training.bases import BaseModelError, absolute_paths, override_keys, portable_bases, resolve_bases, without_machine_paths
 from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
 from training.redaction import redact
 from training.user_errors import UserError
@@ -192,16 +194,77 @@ def export_culture(
     kind: str = "head",
 ) -> Path:
     """Write the culture's folder; its bases named portably (hub ids, or local folders up to `ship_base_mb` MiB shipped
-    inside). `kind=retrieval`: also the culture's database of labelled training memes, which then scores."""
+    inside). `kind=retrieval`: also the culture's database of labelled training memes, which then scores.
+
+    The folder is written under a fresh name beside `out` and renamed into place once whole: a failed export leaves
+    no half-written folder (an earlier export there stays until the new one is complete), and no file the export
+    writes can follow a link planted in the old folder."""
+    _check_exportable(model, culture, kind)
+    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
+    _remove_path(staging)
+    staging.mkdir(parents=True)
+    try:
+        _write_culture(model, info, run_dir, culture, staging, merge, ship_base_mb, kind)
+    except BaseException:
+        _remove_path(staging)
+        raise
+    shared_permissions(staging)
+    _replace_folder(staging, out)
+    return out
+
+
+def _within_run(checkpoint: str, run_dir: Path) -> str:
+    """A checkpoint path as the run folder holds it (`checkpoints/epoch004.ckpt`), or its name when outside."""
+    path = Path(checkpoint)
+    try:
+        return str(path.absolute().relative_to(run_dir.absolute()))
+    except ValueError:
+        return path.name
+
+
+def _remove_path(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def _replace_folder(new: Path, out: Path) -> None:
+    """Put the complete folder `new` in place of `out` (whatever `out` was: nothing, a folder, a link)."""
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.is_symlink() or out.exists():
+        _remove_path(old)
+        os.replace(out, old)
+    os.replace(new, out)
+    _remove_path(old)
+
+
+class UnknownCulture(UserError, KeyError):
+    """export.py culture=<not a head of the run>."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return Exception.__str__(self)
+
+
+def _check_exportable(model: MemeClassifier, culture: str, kind: str) -> None:
     if culture not in model.heads:
-        raise KeyError(f"culture {culture!r} is not a head of this run (heads: {list(model.heads)})")
+        heads = list(model.heads)
+        raise UnknownCulture(
+            f"culture {culture!r} is not a head of this run (heads: {heads})",
+            f"pass culture=<one of {heads}>, or leave it out to export every head",
+            "culture",
+        )
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {list(KINDS)}, got {kind!r}")
     if kind == "retrieval" and (not model.heads[culture].is_binary or model.head_layers is None):
         raise ValueError(
             f"kind=retrieval exports a binary culture of a model with one shared meme embedding; {culture} of this run is not one"
         )
-    out.mkdir(parents=True, exist_ok=True)
+
+
+def _write_culture(
+    model: MemeClassifier, info: dict[str, Any], run_dir: Path, culture: str, out: Path, merge: bool, ship_base_mb: float, kind: str
+) -> None:
     # The model's own hyperparameters; secret-looking values never leave in a folder meant for sharing.
     model_cfg = redact(
         {
@@ -229,11 +292,11 @@ def export_culture(
             model.preprocessor.processor.save_pretrained(out / "merged")
     else:
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k.startswith("backbone.")}
-        save_file(state, str(out / "model.safetensors"))
+        save_weights(state, str(out / "model.safetensors"))
         if merge:
             _save_model_folder(model, out / "merged")
     if model.head_layers is not None:
-        save_file(_head_slice(model, culture), str(out / "head.safetensors"))
+        save_weights(_head_slice(model, culture), str(out / "head.safetensors"))
     (out / "model_config.json").write_text(json.dumps(model_cfg, indent=1, ensure_ascii=False))
     metrics, head = info["metrics"], model.heads[culture]
     card = {
@@ -248,16 +311,15 @@ def export_culture(
         "base_revision": _revision(model),
         "prompt": model_cfg.get("prompt"),
         "experiment": metrics.get("experiment"),
-        "run": str(run_dir),
-        "checkpoint": info["checkpoint"],
+        "run": run_dir.name,  # the run's id; no path of the training machine leaves in an export
+        "checkpoint": _within_run(info["checkpoint"], run_dir),
         "metrics": {stage: metrics["best"].get(stage, {}).get(culture) for stage in ("val", "test")},
         "metrics_per_fold": fold_metrics(run_dir, metrics.get("experiment"), culture),
-        "training_config": redact(info["config"]),
+        "training_config": without_machine_paths(redact(info["config"])),
     }
     _export_database(model, info, run_dir, culture, out, card, kind)
     (out / "culture_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
     (out / "README.md").write_text(_readme(card))
-    return out
 
 
 def _export_database(

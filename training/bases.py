@@ -226,3 +226,18 @@ def absolute_paths(config: Any, where: str = "") -> list[str]:
     elif isinstance(config, str) and (os.path.isabs(config) or config.startswith("~")):
         found.append(where)
     return found
+
+
+MACHINE_PATH = "<training machine>"
+
+
+def without_machine_paths(config: Any) -> Any:
+    """A copy of `config` whose absolute paths are `<training machine>/<last part>`: an exported card says which folder a
+    run read (its name) without naming the training machine's layout (home folders, user names, mount points)."""
+    if isinstance(config, Mapping):
+        return {key: without_machine_paths(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [without_machine_paths(value) for value in config]
+    if isinstance(config, str) and (os.path.isabs(config) or config.startswith("~")):
+        return f"{MACHINE_PATH}/{os.path.basename(config.rstrip('/'))}"
+    return config

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
+from datamodules.cache_files import save_weights
 from datamodules.paths import OutsideRoot, ensure_within, resolve_within
 from models.module import rename_head_keys
 from models.sharding import gathered
@@ -169,7 +169,7 @@ def consolidate(checkpoint_dir: str | Path, output: str | Path) -> dict[str, obj
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     # safetensors refuses tensors that share storage (tied weights): each gets its own copy
-    save_file({key: value.detach().contiguous().clone() for key, value in state.items()}, str(output))
+    save_weights({key: value.detach().contiguous().clone() for key, value in state.items()}, str(output))
     summary = {
         "checkpoint": str(checkpoint_dir),
         "output": str(output),

@@ -24,9 +24,8 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from safetensors.torch import save_file
 
-from datamodules.cache_files import write_file
+from datamodules.cache_files import save_weights, write_file
 from datamodules.paths import OutsideRoot, ensure_within
 from datamodules.shards import sha256_file
 from models.retrieval.bank import Bank
@@ -115,7 +114,7 @@ def write_database(folder: Path, database: Database) -> dict[str, Any]:
     Bank.of(database.embeddings, {"check": database.labels}, database.ids)  # the same checks as a loaded one
     tensors = {"embeddings": database.embeddings.float().contiguous(), "labels": database.labels.to(torch.int8).contiguous()}
     staged = folder / f".{DB_FILE}.partial"
-    save_file(tensors, str(staged))
+    save_weights(tensors, str(staged))
     staged.replace(folder / DB_FILE)
     write_file(folder / IDS_FILE, json.dumps(database.ids, ensure_ascii=False).encode("utf-8"), "retrieval ids", user_folder=True)
     counts = torch.bincount(database.labels.long(), minlength=2).tolist()

@@ -55,6 +55,19 @@ def _string_values(node: object) -> list[str]:
     return [node] if isinstance(node, str) else []
 
 
+def test_no_exported_file_names_a_path_of_the_training_machine(moved):
+    """culture_card.json, model_config.json and the README: the run by its id, the checkpoint within the run, the
+    training config's folders by their last part."""
+    machine = str(moved["base"].parents[1])
+    for name in ("shipped", "named"):
+        card = json.loads((moved[name] / "culture_card.json").read_text())
+        assert absolute_paths(card) == [] and card["run"] == "portable" and card["checkpoint"].startswith("checkpoints/")
+        assert card["training_config"]["paths"]["log_dir"].startswith("<training machine>/")
+        for path in moved[name].rglob("*"):
+            if path.is_file() and path.suffix in (".json", ".md", ".yaml", ".txt"):
+                assert machine not in path.read_text(), f"{path.relative_to(moved[name])} names {machine}"
+
+
 def test_model_config_names_no_absolute_path(moved):
     for name in ("shipped", "named"):
         config = json.loads((moved[name] / "model_config.json").read_text())
