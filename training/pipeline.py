@@ -168,6 +168,7 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
         metrics["adapter"] = str(model.export_adapter(run_dir / "adapter", write=trainer.is_global_zero))
     if trainer.is_global_zero:
         copy_manifest(datamodule.dataset_dir, run_dir)
+        metrics["selection_threshold"] = threshold_on_selection(run_dir / "predictions")
         write_metrics(run_dir, metrics)
         if transfer is not None:  # reads the run's files just written, as evaluate.py would
             from training.eval_data import score_transfer
@@ -183,6 +184,27 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
                 print_transfer(metrics["transfer"][transfer.dataset], transfer.options.reference)
             print(f"Run directory: {run_dir}")
     return metrics
+
+
+def threshold_on_selection(predictions: Path) -> dict[str, Any] | None:
+    """Per binary head, macro-F1 and accuracy on the test stage at the threshold that maximised macro-F1 on the
+    validation stage (the selection split, never the held-out memes: evaluation/thresholds.py); None without both."""
+    from evaluation.alignment import read_predictions
+    from evaluation.thresholds import selection_threshold_scores
+
+    val, test = predictions / "val.csv", predictions / "test.csv"
+    if not (val.is_file() and test.is_file()):
+        return None
+    per_head = selection_threshold_scores(read_predictions(val), read_predictions(test))
+    if not per_head:
+        return None
+    names = next(iter(per_head.values())).keys()
+    mean = {name: sum(scores[name] for scores in per_head.values()) / len(per_head) for name in names if name != "val_threshold"}
+    return {
+        "rule": "threshold maximising macro-F1 on the validation (selection) split, applied once to the test stage",
+        "heads": per_head,
+        "mean": mean,
+    }
 
 
 def _best_checkpoint(trainer: L.Trainer) -> str | None:

@@ -176,3 +176,25 @@ def test_undefined_auroc_is_nan_for_every_kind_as_in_sklearn(kind, target, reaso
     assert math.isnan(reference) and math.isnan(result["h/auroc"])
     assert result["mean/auroc"] == result["US/auroc"] == 1.0  # the undefined head is left out, not counted as 0
     assert metric.undefined == {"h": f"auroc undefined ({reason})"}
+
+
+@pytest.mark.parametrize("kind", ["binary", "multiclass", "multilabel"])
+def test_majority_rate_is_the_accuracy_of_always_answering_the_most_frequent_class(kind):
+    """scikit-learn's DummyClassifier(most_frequent) accuracy on the same labels (per label, averaged, for multilabel)."""
+    from sklearn.dummy import DummyClassifier
+    from sklearn.metrics import accuracy_score
+
+    rng = np.random.default_rng(3)
+    head = HEADS["sentiment"] if kind == "multiclass" else HEADS["emotion"] if kind == "multilabel" else BINARY["US"]
+    width = 1 if kind == "binary" else head.width
+    target = rng.integers(0, 2, (50, width)) if kind == "multilabel" else rng.choice(width if kind == "multiclass" else 2, 50, p=None)
+    if kind == "binary":
+        target = (rng.random(50) < 0.8).astype(int)  # imbalanced: 80 % ones
+    logits = torch.zeros(50, width) if kind != "binary" else torch.zeros(50)
+    metric = HeadMetrics({"h": head})
+    metric.update({"h": logits}, {"h": torch.tensor(target)})
+    columns = target.T if kind == "multilabel" else [target]
+    expected = np.mean(
+        [accuracy_score(y, DummyClassifier(strategy="most_frequent").fit(np.zeros((50, 1)), y).predict(np.zeros((50, 1)))) for y in columns]
+    )
+    assert metric.compute()["h/majority"] == pytest.approx(expected)
