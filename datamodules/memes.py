@@ -417,7 +417,8 @@ class MemeDataModule(L.LightningDataModule):
         """Resume the training stream where the checkpoint was written (only when fitting from it)."""
         stream = state_dict.get("train_stream")
         if stream is not None and self.trainer is not None and self.trainer.state.fn == "fit":
-            self.resume.load(int(stream["epoch"]), int(stream["batches"]), self.num_workers)
+            exact = self.epoch == "pass" or self.num_workers <= 1  # a resampled stream rotates its workers' order
+            self.resume.load(int(stream["epoch"]), int(stream["batches"]), self.num_workers, exact)
 
     def teardown(self, stage: str) -> None:
         if stage == "fit":

@@ -115,7 +115,7 @@ class StreamResume:
     def stopped(self) -> None:
         self._running = None
 
-    def load(self, epoch: int, batches: int, num_workers: int) -> None:
+    def load(self, epoch: int, batches: int, num_workers: int, exact: bool = True) -> None:
         if self._running is None:
             self._pending = (epoch, batches)
         elif num_workers > 0:
@@ -127,4 +127,9 @@ class StreamResume:
         else:
             self._running[1].set(epoch, batches)  # the in-process pass has not started yet
         where = f"the start of epoch {epoch}" if batches == 0 else f"epoch {epoch}, batch {batches}"
-        rank_zero_info(f"Resuming the training stream at {where}")
+        what = (
+            "the same batches in the same order as the uninterrupted run, with every rank's RNG state"
+            if exact
+            else f"the same batches, those left of this epoch in a rotated worker order (data.epoch=resampled with {num_workers} workers)"
+        )
+        rank_zero_info(f"Resuming the training stream at {where}: {what}")

@@ -158,3 +158,28 @@ def test_prepare_names_a_missing_raw_dir(tmp_path):
     )
     _refused(result, tmp_path, f"--raw-dir {tmp_path / 'nowhere'} is not a folder", "docs/datasets.md")
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        (("trainer=gpu",), ("trainer.accelerator=gpu asks for a GPU, but torch sees none", "trainer=cpu")),
+        (
+            ("model.text.name_or_path=/nowhere/all-MiniLM-L6-v2",),
+            ("model.text.name_or_path=/nowhere/all-MiniLM-L6-v2 is not a folder", "hub id"),
+        ),
+        (("ckpt_path=/nowhere/last.ckpt",), ("ckpt_path=/nowhere/last.ckpt does not exist", "status.json")),
+    ],
+    ids=["gpu-without-gpu", "missing-model-folder", "missing-checkpoint"],
+)
+def test_train_refuses_what_would_fail_later_before_a_run_folder_exists(tmp_path, overrides, named):
+    if "trainer=gpu" in overrides:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    _refused(_run(tmp_path, "train.py", *overrides), tmp_path, *named)
+
+
+def test_cross_validate_refuses_fast_dev_run_before_fold_0_trains(tmp_path):
+    _refused(_run(tmp_path, "cross_validate.py", "num_folds=3", "debug=fdr"), tmp_path, "debug=fdr", "use debug=limit")

@@ -43,6 +43,12 @@ HARMLESS_WARNINGS = (
         "every supported torch (>= 2.4) accepts, and False still means no per-forward buffer broadcast (the reason it is set)",
     ),
     (
+        r"You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable",
+        "Lightning looks for resume state on the loader; crossmod's training stream keeps its position in the "
+        "datamodule's state (datamodules/stream_position.py): a mid-epoch resume replays exactly the batches the "
+        "uninterrupted run would (tests/datamodules/test_stream_position.py), and the resume line says where it starts",
+    ),
+    (
         r"`is_gradient_checkpointing` is deprecated",
         "PEFT (peft_model.py) reads Transformers' former property name; crossmod uses the current one",
     ),

@@ -8,6 +8,7 @@ a dataset that has a validation split. Each problem is a `UserError` naming the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -189,15 +190,77 @@ def retrieval_settings(cfg: DictConfig) -> None:
         )
 
 
+MODEL_FOLDER_KEYS = ("name_or_path", "tokenizer", "processor", "image_processor")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def model_folders(cfg: DictConfig, node: str = "model") -> None:
+    """Every model folder the config names (`*.name_or_path`, tokenizers, processors) that is a path, not a hub id
+    (`org/name`), exists: Transformers would otherwise take it for a hub id and fail with `Repo id must be in the form`.
+    Values still to be resolved (`${…}`, e.g. the tiny models built on first use) are left to their resolvers."""
+
+    def walk(config: DictConfig, prefix: str) -> None:
+        for key in list(config.keys()):
+            full = f"{prefix}.{key}"
+            if OmegaConf.is_missing(config, key) or OmegaConf.is_interpolation(config, key):
+                continue
+            value = config[key]
+            if isinstance(value, DictConfig):
+                walk(value, full)
+            elif key in MODEL_FOLDER_KEYS and isinstance(value, str) and value and not HUB_ID.fullmatch(value):
+                if not Path(value).expanduser().is_dir():
+                    raise UserError(
+                        f"{full}={value} is not a folder (and not a hub id such as org/name)",
+                        f"pass {full}=<a local model folder (config.json in it)> or a hub id",
+                        full,
+                    )
+
+    model = cfg.get(node)
+    if isinstance(model, DictConfig):
+        walk(model, node)
+
+
+def accelerator(cfg: DictConfig) -> None:
+    """trainer=gpu (accelerator gpu/cuda) needs a GPU torch can see."""
+    trainer = cfg.get("trainer") or {}
+    if str(trainer.get("accelerator", "")) not in ("gpu", "cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(
+            f"trainer.accelerator={trainer.accelerator} asks for a GPU, but torch sees none (torch.cuda.is_available() is False)",
+            "run on a GPU node (README: On a GPU cluster), or train on the CPU with trainer=cpu",
+            "trainer",
+        )
+
+
+def resume_checkpoint(cfg: DictConfig) -> None:
+    """ckpt_path names a checkpoint that is there."""
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path in (None, "") or OmegaConf.is_interpolation(cfg, "ckpt_path"):
+        return
+    if not Path(str(ckpt_path)).expanduser().exists():
+        raise UserError(
+            f"ckpt_path={ckpt_path} does not exist",
+            "pass ckpt_path=<run>/checkpoints/last.ckpt (a run stopped by a signal saved it there; its status.json names it)",
+            "ckpt_path",
+        )
+
+
 # ------------------------------------------------------------------------------------------ per entry point
 def train(cfg: DictConfig) -> None:
-    """train.py: a training recipe, every value set, its data there, a fold where the dataset needs one."""
+    """train.py: a training recipe, every value set, its data there, a fold where the dataset needs one, model
+    folders and the checkpoint to resume from there, a GPU where the trainer asks for one."""
     recipe(cfg, TRAIN)
     require(cfg)
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
     fold_for_training(cfg)
     retrieval_settings(cfg)
+    model_folders(cfg)
+    resume_checkpoint(cfg)
+    accelerator(cfg)
 
 
 def cross_validate(cfg: DictConfig) -> None:
@@ -207,8 +270,17 @@ def cross_validate(cfg: DictConfig) -> None:
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
     retrieval_settings(cfg)
+    model_folders(cfg)
+    accelerator(cfg)
     if not (isinstance(cfg.num_folds, int) and cfg.num_folds >= 2):
         raise UserError(f"num_folds={cfg.num_folds} leaves nothing to cross-validate", "pass num_folds=k with k ≥ 2", "num_folds")
+    if (cfg.get("trainer") or {}).get("fast_dev_run"):  # checked before fold 0 trains: the report needs every fold's files
+        raise UserError(
+            "trainer.fast_dev_run (debug=fdr) writes no checkpoint and no validation history: the cross-validation report "
+            "would have nothing to read after every fold has trained",
+            "use debug=limit for a quick cross-validation (a few batches, real files), or python train.py debug=fdr for one fold",
+            "debug",
+        )
 
 
 def prompting(program: str, settings: str, example: str) -> Check:

@@ -62,6 +62,9 @@ def test_a_signal_saves_a_checkpoint_exits_nonzero_and_the_resume_finishes_the_s
     assert sorted(p.name for p in (train_run.log_dir / "synthetic_concat" / "runs").iterdir()) == before
     metrics = train_run.metrics(run_dir)
     assert metrics["epochs"] == 3 and json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+    log = (run_dir / "train.log").read_text()
+    assert "Resuming the training stream at epoch 1, batch " in log and "the same batches in the same order" in log
+    assert "not resumable" not in log and "train epoch 3/3" in log, "progress lines continue after the resume"
     assert Path(metrics["best_checkpoint"]).parent == run_dir / "checkpoints"
     assert not last.exists(), "a finished run keeps no optimizer state (keep_resume_checkpoints=false)"
 
