@@ -28,6 +28,7 @@ from safetensors.torch import load_file
 
 from datamodules.cache_files import save_weights, shared_permissions
 from datamodules.paths import OutsideRoot, ensure_within
+from datamodules.shards import write_json_atomic
 from models.module import MemeClassifier
 from models.trusted_targets import MODEL_ROOT, check_trusted
 from training.bases import BaseModelError, absolute_paths, override_keys, portable_bases, resolve_bases, without_machine_paths
@@ -213,6 +214,23 @@ def export_culture(
     return out
 
 
+def _trained_on(run_dir: Path, metrics: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The dataset and split rule the exported weights were trained and selected with."""
+    manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").is_file() else {}
+    data = config.get("data") or {}
+    return {
+        "dataset": manifest.get("dataset"),
+        "fingerprint": manifest.get("fingerprint"),
+        "fold": metrics.get("fold"),
+        "num_folds": metrics.get("num_folds"),
+        "fold_seed": data.get("fold_seed") if metrics.get("fold") is not None else None,
+        "train_splits": data.get("train_splits"),
+        "val_splits": data.get("val_splits"),
+        "selection_rule": (metrics.get("selection") or {}).get("rule"),
+        "manifest": "manifest.json" if manifest else None,
+    }
+
+
 def _within_run(checkpoint: str, run_dir: Path) -> str:
     """A checkpoint path as the run folder holds it (`checkpoints/epoch004.ckpt`), or its name when outside."""
     path = Path(checkpoint)
@@ -314,9 +332,16 @@ def _write_culture(
         "run": run_dir.name,  # the run's id; no path of the training machine leaves in an export
         "checkpoint": _within_run(info["checkpoint"], run_dir),
         "metrics": {stage: metrics["best"].get(stage, {}).get(culture) for stage in ("val", "test")},
+        # what trained and selected these weights: the dataset (fingerprint), the fold and the selection rule; the run's
+        # manifest copy beside the card holds the fold assignment, so evaluate.py split=auto scores exactly the held-out
+        # memes and counts any scored meme the export trained or was selected on
+        "trained_on": _trained_on(run_dir, metrics, info["config"]),
+        "selection": metrics.get("selection"),
         "metrics_per_fold": fold_metrics(run_dir, metrics.get("experiment"), culture),
         "training_config": without_machine_paths(redact(info["config"])),
     }
+    if (run_dir / "manifest.json").is_file():
+        write_json_atomic(out / "manifest.json", without_machine_paths(json.loads((run_dir / "manifest.json").read_text())))
     _export_database(model, info, run_dir, culture, out, card, kind)
     (out / "culture_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
     (out / "README.md").write_text(_readme(card))

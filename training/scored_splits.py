@@ -56,8 +56,18 @@ class ScoredSplit:
     selection: dict[str, Any] | None
     warning: str | None = None
 
+    trained_on: int = 0  # scored memes the run trained on (or, in a fold run, that were not its held-out fold)
+    selected_on: int = 0  # scored memes the run chose its weights on
+
     def describe(self) -> dict[str, Any]:
-        return {"requested": self.requested, "scored": self.scored, "items": len(self.records), "warning": self.warning}
+        return {
+            "requested": self.requested,
+            "scored": self.scored,
+            "items": len(self.records),
+            "trained_on": self.trained_on,
+            "selected_on": self.selected_on,
+            "warning": self.warning,
+        }
 
 
 def _default(name: str) -> Any:
@@ -88,7 +98,13 @@ def run_facts(ckpt: Path) -> list[RunFacts]:
         if not isinstance(config or {}, dict):
             raise SplitError(f"{card_path}: training_config is not an object", "re-export the run with export.py")
         config = config or {}
-        return [RunFacts(ckpt.name, fold=config.get("fold"), num_folds=config.get("num_folds"), config=config, source=str(card_path))]
+        # an export carries its run's manifest copy (fold assignment): it is scored and checked like its run folder
+        run_dir = ckpt if (ckpt / "manifest.json").is_file() else None
+        selection = card.get("selection") if isinstance(card.get("selection"), dict) else None
+        fold, num_folds = config.get("fold"), config.get("num_folds")
+        if fold is None:
+            num_folds = None
+        return [RunFacts(ckpt.name, run_dir, fold, num_folds, selection, config, str(card_path))]
     if (ckpt / "metrics.json").is_file():
         return [_facts_of_run(ckpt.name, ckpt)]
     runs = sorted(p.parent for p in ckpt.rglob("metrics.json"))
@@ -154,8 +170,9 @@ def _fold_entry(run: RunFacts) -> dict[str, Any]:
     """The run's fold assignment, from the manifest copy in its folder (the dataset as it trained on it)."""
     if run.run_dir is None:
         raise SplitError(
-            f"{run.source}: exported from fold {run.fold} of {run.num_folds}, but an export holds no fold assignment: "
-            "evaluate the run folder (it has its manifest.json) for its held-out fold, or give split= explicitly"
+            f"{run.source}: exported from fold {run.fold} of {run.num_folds}, but this export holds no fold assignment "
+            "(no manifest.json beside its card: exported by an older crossmod)",
+            "re-export the run with export.py, evaluate the run folder for its held-out fold, or give split= explicitly",
         )
     manifest_path = run.run_dir / "manifest.json"
     if not manifest_path.is_file():
@@ -248,7 +265,7 @@ def _explicit(run: RunFacts, reader: SplitReader, split: str) -> ScoredSplit:
         )
     records = reader.read(splits)
     scored = ScoredSplit([r for _, r in records], f"split {split}", split, run.selection)
-    scored.warning = _seen_warning(run, reader, records, split)
+    scored.warning, scored.trained_on, scored.selected_on = _seen_warning(run, reader, records, split)
     if scored.warning:
         log.warning("WARNING — %s", scored.warning)
     return scored
@@ -259,10 +276,10 @@ def _run_dataset(run: RunFacts) -> str | None:
     return read_manifest(run.run_dir)["dataset"] if path and path.is_file() else None
 
 
-def _seen_warning(run: RunFacts, reader: SplitReader, records: list[tuple[str, dict[str, Any]]], split: str) -> str | None:
-    """Say loudly how many of the scored memes the run trained on or chose its weights on."""
+def _seen_warning(run: RunFacts, reader: SplitReader, records: list[tuple[str, dict[str, Any]]], split: str) -> tuple[str | None, int, int]:
+    """Say loudly how many of the scored memes the run trained on or chose its weights on (the warning, and both counts)."""
     if run.run_dir is None or _run_dataset(run) != reader.manifest["dataset"]:
-        return None  # another dataset (or unknown training data): nothing to count
+        return None, 0, 0  # another dataset (or unknown training data): nothing to count
     rule = (run.selection or {}).get("rule")
     val_splits = set(_data_setting(run, "val_splits")) if rule in ("dataset_val", "val_split") else set()
     selected = sum(1 for s, _ in records if s in val_splits)
@@ -277,5 +294,5 @@ def _seen_warning(run: RunFacts, reader: SplitReader, records: list[tuple[str, d
     parts = [f"{verb} {seen} of these {len(records)} memes"] if seen else []
     parts += [f"chose its weights on {selected} of them (rule {rule})"] if selected else []
     if not parts:
-        return None
-    return f"split={split}: {what} {' and '.join(parts)}: these are not held-out scores; {hint}."
+        return None, 0, 0
+    return f"split={split}: {what} {' and '.join(parts)}: these are not held-out scores; {hint}.", seen, selected

@@ -93,6 +93,8 @@ def test_folder_of_fold_runs_scores_each_run_on_its_own_held_out_fold(fold_sweep
             "requested": "auto",
             "scored": f"held-out fold {metrics['fold']} of 3",
             "items": len(ids),
+            "trained_on": 0,
+            "selected_on": 0,
             "warning": None,
         }
         assert entry["selection"] == metrics["selection"]
@@ -109,6 +111,33 @@ def test_folder_of_fold_runs_scores_each_run_on_its_own_held_out_fold(fold_sweep
     assert folds[0] | folds[1] | folds[2] == train_ids and report["items"] == len(train_ids)
     for name in ("alignment.png", "roc.png"):
         assert (tmp_path / "report" / name).is_file()
+
+
+def test_an_export_scores_its_runs_held_out_fold_and_counts_what_it_trained_on(fold_sweep, data_dir, tmp_path):
+    """The export carries its run's fold assignment: split=auto scores exactly the run's held-out memes, with the run's
+    numbers; split=all is scored with the warning, and report.json counts the memes it trained and selected on."""
+    run = _fold_run(fold_sweep, 1)
+    export = [sys.executable, str(ROOT / "export.py"), f"run={run}", "culture=US", f"out={tmp_path / 'export'}"]
+    subprocess.run(export, cwd=ROOT, check=True, capture_output=True, text=True, timeout=scaled(300))
+    folder = tmp_path / "export" / "US"
+    card, manifest = (json.loads((folder / name).read_text()) for name in ("culture_card.json", "manifest.json"))
+    run_manifest, metrics = (json.loads((run / name).read_text()) for name in ("manifest.json", "metrics.json"))
+    assert card["trained_on"]["fold"] == 1 and card["trained_on"]["num_folds"] == 3 and card["selection"] == metrics["selection"]
+    assert card["trained_on"]["fingerprint"] == run_manifest["fingerprint"] and manifest["folds"] == run_manifest["folds"]
+
+    _evaluate(f"ckpt={folder}", f"paths.data_dir={data_dir}", *SMALL_DATA, f"out={tmp_path / 'auto'}")
+    (entry,) = json.loads((tmp_path / "auto" / "report.json").read_text())["runs"].values()
+    ids = [row["id"] for row in csv.DictReader(open(tmp_path / "auto" / "predictions" / "US.csv"))]
+    assert entry["split"]["scored"] == "held-out fold 1 of 3" and set(ids) == _held_out_ids(run) and entry["split"]["trained_on"] == 0
+    for metric in ("auroc", "acc", "f1"):  # the export's held-out numbers are the run's
+        assert entry["metrics"]["US"][metric] == pytest.approx(metrics["best"]["test"]["US"][metric], abs=1e-5), metric
+
+    _evaluate(f"ckpt={folder}", f"paths.data_dir={data_dir}", *SMALL_DATA, "split=all", f"out={tmp_path / 'all'}")
+    (entry,) = json.loads((tmp_path / "all" / "report.json").read_text())["runs"].values()
+    (fold_entry,) = [f for f in run_manifest["folds"] if f["num_folds"] == 3 and f["seed"] == 0]
+    trained = run_manifest["counts"]["split"]["train"] - fold_entry["samples_per_fold"][1]
+    assert entry["split"]["trained_on"] == trained and entry["split"]["selected_on"] == run_manifest["counts"]["split"]["val"]
+    assert f"trained (or chose its weights) on {trained} of these" in entry["split"]["warning"]
 
 
 def test_explicit_split_all_warns_how_many_memes_the_fold_run_trained_on(fold_sweep, caplog):
