@@ -143,6 +143,18 @@ def _merged(folder: Path, checkpoint_dir: Path) -> dict[str, torch.Tensor]:
     return ds.to_torch_tensor(state)
 
 
+def check_resumable(checkpoint_dir: str | Path) -> None:
+    """Before DeepSpeed resumes from a checkpoint directory (its reader unpickles every shard, running whatever they
+    name): the `latest` tag stays inside it and every shard of the tagged folder reads as tensors and plain data."""
+    checkpoint_dir = Path(checkpoint_dir)
+    folder = _tag_folder(checkpoint_dir)
+    shards = sorted(folder.rglob("*.pt"))
+    if not shards:
+        raise UnreadableCheckpoint(f"{folder}: no *.pt shards (not a DeepSpeed checkpoint)", FIX)
+    for path in shards:
+        _load_shard(path, checkpoint_dir)
+
+
 def zero_state_dict(checkpoint_dir: str | Path) -> dict[str, torch.Tensor]:
     """The fp32 weights a sharded checkpoint holds, keyed by the LightningModule's parameter names.
 

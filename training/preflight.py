@@ -240,12 +240,24 @@ def resume_checkpoint(cfg: DictConfig) -> None:
     ckpt_path = cfg.get("ckpt_path")
     if ckpt_path in (None, "") or OmegaConf.is_interpolation(cfg, "ckpt_path"):
         return
-    if not Path(str(ckpt_path)).expanduser().exists():
+    path = Path(str(ckpt_path)).expanduser()
+    if not path.exists():
         raise UserError(
             f"ckpt_path={ckpt_path} does not exist",
             "pass ckpt_path=<run>/checkpoints/last.ckpt (a run stopped by a signal saved it there; its status.json names it)",
             "ckpt_path",
         )
+    # a checkpoint may come from someone else: it is read as data before Lightning or DeepSpeed unpickle it
+    from models.trusted_targets import UntrustedConfigError, check_checkpoint
+    from training.consolidate import check_resumable, is_deepspeed_checkpoint
+
+    if is_deepspeed_checkpoint(path):
+        check_resumable(path)  # UnreadableCheckpoint is a UserError naming the shard
+    elif path.is_file():
+        try:
+            check_checkpoint(path)
+        except UntrustedConfigError as error:
+            raise UserError(str(error), "resume only from checkpoints your own runs wrote", "ckpt_path") from None
 
 
 # ------------------------------------------------------------------------------------------ per entry point

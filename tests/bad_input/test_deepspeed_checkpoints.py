@@ -162,3 +162,29 @@ def test_an_honest_zero3_checkpoint_still_reads_as_weights_only(tmp_path):
     state = zero_state_dict(_honest_zero3(tmp_path / "last.ckpt", weight, bias))
     assert set(state) == {"head.weight", "head.bias"}
     assert torch.equal(state["head.weight"], weight) and torch.equal(state["head.bias"], bias)
+
+
+def test_resuming_a_planted_deepspeed_checkpoint_runs_no_code(tmp_path):
+    """`train.py ckpt_path=X.ckpt strategy=deepspeed_zero2` with X.ckpt a directory whose shards carry a payload:
+    refused before anything is built, naming the shard; the payload never runs."""
+    marker = tmp_path / "marker"
+    checkpoint = evil_checkpoint(tmp_path / "X.ckpt", marker, tag="checkpoint")
+    shard = checkpoint / "checkpoint" / "zero_pp_rank_0_mp_rank_00_model_states.pt"
+    shard.rename(checkpoint / "checkpoint" / "mp_rank_00_model_states.pt")
+    _live(checkpoint / "checkpoint" / "mp_rank_00_model_states.pt", marker)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            f"ckpt_path={checkpoint}",
+            "strategy=deepspeed_zero2",
+            f"paths.log_dir={tmp_path / 'logs'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=scaled(300),
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "mp_rank_00_model_states.pt" in result.stderr and "which only unpickling would build" in result.stderr, result.stderr[-3000:]
+    assert not marker.exists() and not (tmp_path / "logs").exists()
