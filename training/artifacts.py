@@ -217,15 +217,16 @@ def export_culture(
 def _trained_on(run_dir: Path, metrics: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """The dataset and split rule the exported weights were trained and selected with."""
     manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").is_file() else {}
-    data = config.get("data") or {}
+    data, roles = config.get("data") or {}, manifest.get("split_roles") or {}  # the datamodule's defaults, as converted
     return {
         "dataset": manifest.get("dataset"),
         "fingerprint": manifest.get("fingerprint"),
         "fold": metrics.get("fold"),
         "num_folds": metrics.get("num_folds"),
         "fold_seed": data.get("fold_seed") if metrics.get("fold") is not None else None,
-        "train_splits": data.get("train_splits"),
-        "val_splits": data.get("val_splits"),
+        "train_splits": data.get("train_splits") or roles.get("train"),
+        "val_splits": data.get("val_splits") or roles.get("val"),
+        "test_splits": data.get("test_splits") or roles.get("test"),
         "selection_rule": (metrics.get("selection") or {}).get("rule"),
         "manifest": "manifest.json" if manifest else None,
     }

@@ -166,6 +166,8 @@ def read_database(folder: Path, facts: Any) -> Database:
     if not torch.isfinite(embeddings).all() or (embeddings.norm(dim=1) == 0).any():
         row = int((~torch.isfinite(embeddings).all(1) | (embeddings.norm(dim=1) == 0)).nonzero()[0])
         raise DatabaseError(f"{folder / DB_FILE}: embedding row {row} is not finite or is zero (no direction to compare)")
+    if size > 1 and bool((embeddings == embeddings[0]).all()):
+        raise DatabaseError(f"{folder / DB_FILE}: every embedding row is the same: every meme would get the same neighbours")
     if ((labels != 0) & (labels != 1)).any():
         row = int(((labels != 0) & (labels != 1)).nonzero()[0])
         raise DatabaseError(f"{folder / DB_FILE}: label row {row} is {int(labels[row])}, not 0 or 1")
@@ -182,12 +184,20 @@ def _read_ids(path: Path, size: int) -> list[str]:
         raise DatabaseError(
             f"{path}: must be a list of {size} ids, holds a {type(ids).__name__} of {len(ids) if isinstance(ids, list) else '?'}"
         )
+    check_ids(ids, str(path))
+    return ids
+
+
+def check_ids(ids: list[Any], where: str) -> None:
+    """Ids a database may hold: printable strings of 1–MAX_ID_CHARS characters, each once (the rule every load applies,
+    so `add` refuses what a later load would)."""
     bad = next((n for n, i in enumerate(ids) if not isinstance(i, str) or not i or len(i) > MAX_ID_CHARS or not i.isprintable()), None)
     if bad is not None:
-        raise DatabaseError(f"{path}: id {bad} is {str(ids[bad])[:80]!r}, not a printable string of 1–{MAX_ID_CHARS} characters")
-    if len(set(ids)) != len(ids):
-        raise DatabaseError(f"{path}: ids repeat (each meme once)")
-    return ids
+        raise DatabaseError(f"{where}: id {bad} is {str(ids[bad])[:80]!r}, not a printable string of 1–{MAX_ID_CHARS} characters")
+    seen: set[str] = set()
+    repeated = next((i for i in ids if i in seen or seen.add(i)), None)
+    if repeated is not None:
+        raise DatabaseError(f"{where}: id {repeated[:80]!r} repeats (each meme once)")
 
 
 def attach(model: Any, folder: Path, card: dict[str, Any]) -> None:
@@ -203,8 +213,57 @@ def attach(model: Any, folder: Path, card: dict[str, Any]) -> None:
     model.retrieval_bank = database.bank(card["culture"])
 
 
-def add(folder: Path, shards: str, splits: list[str] | None, skip_existing: bool, batch_size: int = 32) -> dict[str, int]:
-    """Embed the shards' memes that carry the culture's label and append them to the folder's database."""
+def _shards_dataset(shards: str) -> str | None:
+    """The dataset a local shard folder holds (its manifest), or None."""
+    manifest = Path(str(shards)) / "manifest.json"
+    try:
+        return json.loads(manifest.read_text()).get("dataset") if manifest.is_file() else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def unseen_by_the_run(folder: Path, card: dict[str, Any], records: list[dict[str, Any]], shards: str) -> list[str]:
+    """Ids of the memes the adapter's run held out or chose its weights on (`trained_on` and the run's manifest copy in
+    the export): added to the database they would be scored as neighbours of themselves."""
+    trained_on = card.get("trained_on") or {}
+    if not trained_on.get("dataset") or _shards_dataset(shards) != trained_on["dataset"]:
+        return []
+    from datamodules.folds import find_folds, find_inner_validation
+    from datamodules.selection_rules import fold_splits
+
+    manifest = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").is_file() else {}
+    roles = manifest.get("split_roles") or {}
+    cv = (card.get("training_config") or {}).get("cv") or {}
+    val_splits = set(trained_on.get("val_splits") or roles.get("val") or [])
+    rule = trained_on.get("selection_rule")
+    fold = trained_on.get("fold")
+    if fold is None:  # the dataset's own splits: its test split is held out, its val split selected on
+        held = set(trained_on.get("test_splits") or roles.get("test") or ["test"])
+        return [
+            r["id"] for r in records if r.get("split") in held or (rule in ("dataset_val", "val_split") and r.get("split") in val_splits)
+        ]
+    train_splits = trained_on.get("train_splits") or roles.get("train") or []
+    entry = find_folds(manifest, trained_on["num_folds"], trained_on.get("fold_seed") or 0, sorted(fold_splits(list(train_splits))))
+    if entry is None:
+        return []
+    inner = find_inner_validation(entry, fold, cv.get("inner_share", 0.15)) if rule == "inner" else None
+    chosen_on = set(inner["groups"]) if inner else set()
+    unseen = []
+    for record in records:
+        in_folds = record.get("split") in entry["splits"]
+        if in_folds and (entry["assignment"].get(record.get("group")) == fold or record.get("group") in chosen_on):
+            unseen.append(record["id"])
+        elif rule in ("dataset_val", "val_split") and record.get("split") in val_splits:
+            unseen.append(record["id"])
+    return unseen
+
+
+def add(
+    folder: Path, shards: str, splits: list[str] | None, skip_existing: bool, batch_size: int = 32, allow_held_out: bool = False
+) -> dict[str, int]:
+    """Embed the shards' memes that carry the culture's label and append them to the folder's database. Their ids are
+    checked before anything is embedded or written; memes the adapter's run held out or selected on are refused unless
+    `allow_held_out` (scores on them are then not held-out scores)."""
     from datamodules.predict_inputs import read_inputs
     from training.artifacts import load_culture
     from training.scoring import predict_in_order, single_device_trainer
@@ -218,6 +277,14 @@ def add(folder: Path, shards: str, splits: list[str] | None, skip_existing: bool
     current = Database(bank.embeddings.cpu(), bank.labels[culture].to(torch.int8).cpu(), bank.ids)
     records = list(read_inputs(shards, splits))
     with_label = [r for r in records if (r.get("labels") or {}).get(culture) in (0, 1)]
+    check_ids([r["id"] for r in with_label], f"{shards}")  # what every later load requires, before anything is written
+    unseen = unseen_by_the_run(folder, card, with_label, shards)
+    if unseen and not allow_held_out:
+        raise DatabaseError(
+            f"{shards}: {len(unseen)} of these memes were held out or chosen on by the run {folder} was exported from "
+            f"(e.g. {unseen[:3]}): as neighbours they would score themselves",
+            "add other memes, or pass --allow-held-out to add them knowingly (scores on them are then not held-out scores)",
+        )
     known = set(current.ids)
     repeated = [r["id"] for r in with_label if r["id"] in known]
     if repeated and not skip_existing:
@@ -225,7 +292,13 @@ def add(folder: Path, shards: str, splits: list[str] | None, skip_existing: bool
             f"{shards}: {len(repeated)} memes are already in {folder} (e.g. {repeated[:3]}); --skip-existing adds the others"
         )
     new = [r for r in with_label if r["id"] not in known]
-    counts = {"read": len(records), "unlabelled": len(records) - len(with_label), "already_in": len(repeated), "added": len(new)}
+    counts = {
+        "read": len(records),
+        "unlabelled": len(records) - len(with_label),
+        "already_in": len(repeated),
+        "added": len(new),
+        "held_out_added": len(set(unseen) & {r["id"] for r in new}),
+    }
     if new:
         rows = predict_in_order(single_device_trainer(), Embedder(model), new, batch_size, model.preprocessor)
         embeddings = torch.tensor([row["embedding"] for row in rows], dtype=torch.float32)
@@ -234,7 +307,10 @@ def add(folder: Path, shards: str, splits: list[str] | None, skip_existing: bool
         card["retrieval"] = {
             **card["retrieval"],
             **facts,
-            "sources": [*card["retrieval"].get("sources", []), {"from": str(shards), "memes": len(new)}],
+            "sources": [
+                *card["retrieval"].get("sources", []),
+                {"from": str(shards), "memes": len(new), "held_out_or_selection_memes": counts["held_out_added"]},
+            ],
         }
         (folder / "culture_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
     return counts
@@ -248,9 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", nargs="*", default=None, help="the shard directory's splits to read (default: all)")
     parser.add_argument("--skip-existing", action="store_true", help="leave out memes already in the database (default: refuse)")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--allow-held-out", action="store_true", help="add memes the adapter's run held out or selected on (default: refuse them)"
+    )
     args = parser.parse_args(argv)
     try:
-        counts = add(args.adapter, args.shards, args.splits, args.skip_existing, args.batch_size)
+        counts = add(args.adapter, args.shards, args.splits, args.skip_existing, args.batch_size, args.allow_held_out)
     except (DatabaseError, ValueError, FileNotFoundError) as error:
         print(f"[retrieval_db] error: {error}", file=sys.stderr)
         return 1

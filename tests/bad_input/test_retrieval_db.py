@@ -7,6 +7,7 @@ them), and expects `read_database` to name the file and what does not hold.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -74,7 +75,8 @@ CASES = {
     "fewer rows than the card says": (_tensors(embeddings=torch.randn(5, 4)), "(5, 4)"),
     "an extra tensor": (_tensors(extra=torch.zeros(1)), "not exactly embeddings and labels"),
     "no labels": (_tensors(labels=None), "not exactly embeddings and labels"),
-    "ids that repeat": (_ids(["m/0", "m/1", "m/2", "m/3", "m/4", "m/0"]), "ids repeat"),
+    "ids that repeat": (_ids(["m/0", "m/1", "m/2", "m/3", "m/4", "m/0"]), "id 'm/0' repeats"),
+    "every embedding row the same": (_tensors(embeddings=torch.ones(6, 4)), "every embedding row is the same"),
     "an id that is not a string": (_ids(["m/0", "m/1", 2, "m/3", "m/4", "m/5"]), "id 2 is"),
     "an id with control characters": (_ids(["m/0", "m/1", "m/2\x1b[2J", "m/3", "m/4", "m/5"]), "id 2 is"),
     "too few ids": (_ids(["m/0"]), "a list of 6 ids"),
@@ -110,3 +112,21 @@ def test_a_run_whose_data_config_names_code_is_refused_before_anything_is_built(
     with pytest.raises(UntrustedConfigError, match="os.system"):
         run_training_memes(tmp_path, config, model=None, culture="US")
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    "ids, named",
+    [
+        (["m/0", "../../evil\nline"], "id 1 is '../../evil\\nline', not a printable string"),
+        (["m/0", "x" * 2000], "not a printable string of 1–1000 characters"),
+        (["m/0", "m/1", "m/0"], "id 'm/0' repeats"),
+    ],
+    ids=["a newline and a climb", "2000 characters", "a repeat within the shards"],
+)
+def test_add_checks_incoming_ids_by_the_load_rule_before_anything_is_written(ids, named):
+    """What `retrieval_db add` reads from shards is checked by the rule every later load applies (check_ids), before
+    anything is embedded or written: a database that no load would accept is never made."""
+    from training.retrieval_db import check_ids
+
+    with pytest.raises(DatabaseError, match=re.escape(named)):
+        check_ids(ids, "shards")

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -157,6 +158,28 @@ def test_adding_labelled_memes_decides_their_near_duplicates(rgcl_run, tmp_path)
         assert before[f"dup/{original['id']}"]["US_neighbours"] != [original["id"]]  # not in the database before
     again = _run("-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test")
     assert again.returncode == 1 and "already in" in again.stderr and "--skip-existing" in again.stderr
+
+
+def test_adding_the_runs_held_out_or_selection_memes_is_refused_unless_asked(rgcl_run, tmp_path):
+    """The shards' train split holds fold 0 (held out by the run) and its val split is what the run selected on: both
+    refused by count and flag, the database untouched; --allow-held-out adds them and the card says how many."""
+    adapter = Path(shutil.copytree(rgcl_run["adapter"], tmp_path / "US"))
+    shards = _shard_dir(rgcl_run["run"])
+    before = (adapter / "retrieval_db.safetensors").read_bytes()
+    held_out = set(_held_out(rgcl_run["run"]))
+    for split in ("train", "val"):
+        refused = _run("-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", split, "--skip-existing")
+        assert refused.returncode == 1 and "held out or chosen on by the run" in refused.stderr, refused.stderr[-3000:]
+        assert "--allow-held-out" in refused.stderr and (adapter / "retrieval_db.safetensors").read_bytes() == before
+    count = int(re.search(r"(\d+) of these memes were held out", refused.stderr)[1])
+    assert count == len([r for r in read_inputs(shards, ["val"]) if r["labels"].get("US") in (0, 1)])
+    allowed = _run(
+        "-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "train", "--skip-existing", "--allow-held-out"
+    )
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+    source = json.loads((adapter / "culture_card.json").read_text())["retrieval"]["sources"][-1]
+    labelled_held_out = [r for r in read_inputs(shards, ["train"]) if r["id"] in held_out and r["labels"].get("US") in (0, 1)]
+    assert source["held_out_or_selection_memes"] == len(labelled_held_out) > 0
 
 
 def test_rgcl_settings_that_cannot_work_are_refused_naming_the_key(train_run):
