@@ -163,7 +163,7 @@ def render(results: dict) -> str:
         "user run the core count), measured by `scripts/learning_margins.py` on this repository's 2-core CPU machine, stored in "
         "`docs/learning_margins.json`. Worst: the value closest to the threshold; margin: how far it stays from it.",
         "",
-        "| check | metric | threads | seeds | values | worst | threshold | margin |",
+        "| check | metric | threads | seeds | values (in the seeds' order) | worst | threshold | margin |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, check in CHECKS.items():
@@ -173,7 +173,7 @@ def render(results: dict) -> str:
             worst = min(values) if check.at_least else max(values)
             bound = f"{'≥' if check.at_least else '≤'} {check.threshold}"
             lines.append(
-                f"| `{name}` | {check.metric} | {threads} | {len(rows)} | {' '.join(f'{v:.3f}' for v in values)} | "
+                f"| `{name}` | {check.metric} | {threads} | {' '.join(str(r['seed']) for r in rows)} | {' '.join(f'{v:.3f}' for v in values)} | "
                 f"{worst:.3f} | {bound} | {check.margin(worst):+.3f} |"
             )
     return "\n".join(lines)
