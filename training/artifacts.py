@@ -232,6 +232,14 @@ def _trained_on(run_dir: Path, metrics: dict[str, Any], config: dict[str, Any]) 
     }
 
 
+def _portable_selection(selection: dict[str, Any] | None, run_dir: Path) -> dict[str, Any] | None:
+    """The run's selection facts, its chosen checkpoint named within the run (`final` stays `final`)."""
+    if not selection:
+        return selection
+    weights = selection.get("weights")
+    return {**selection, "weights": _within_run(weights, run_dir) if weights and weights != "final" else weights}
+
+
 def _within_run(checkpoint: str, run_dir: Path) -> str:
     """A checkpoint path as the run folder holds it (`checkpoints/epoch004.ckpt`), or its name when outside."""
     path = Path(checkpoint)
@@ -337,7 +345,7 @@ def _write_culture(
         # manifest copy beside the card holds the fold assignment, so evaluate.py split=auto scores exactly the held-out
         # memes and counts any scored meme the export trained or was selected on
         "trained_on": _trained_on(run_dir, metrics, info["config"]),
-        "selection": metrics.get("selection"),
+        "selection": _portable_selection(metrics.get("selection"), run_dir),
         "metrics_per_fold": fold_metrics(run_dir, metrics.get("experiment"), culture),
         "training_config": without_machine_paths(redact(info["config"])),
     }
