@@ -122,7 +122,11 @@ def test_an_export_scores_its_runs_held_out_fold_and_counts_what_it_trained_on(f
     folder = tmp_path / "export" / "US"
     card, manifest = (json.loads((folder / name).read_text()) for name in ("culture_card.json", "manifest.json"))
     run_manifest, metrics = (json.loads((run / name).read_text()) for name in ("manifest.json", "metrics.json"))
-    assert card["trained_on"]["fold"] == 1 and card["trained_on"]["num_folds"] == 3 and card["selection"]["rule"] == metrics["selection"]["rule"]
+    assert (
+        card["trained_on"]["fold"] == 1
+        and card["trained_on"]["num_folds"] == 3
+        and card["selection"]["rule"] == metrics["selection"]["rule"]
+    )
     assert card["trained_on"]["fingerprint"] == run_manifest["fingerprint"] and manifest["folds"] == run_manifest["folds"]
 
     _evaluate(f"ckpt={folder}", f"paths.data_dir={data_dir}", *SMALL_DATA, f"out={tmp_path / 'auto'}")
