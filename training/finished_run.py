@@ -12,12 +12,13 @@ in the optimizer shards.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from pathlib import Path
 
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+from datamodules.cache_files import atomic_file
 
 log = logging.getLogger(__name__)
 RESUME_STATE = ("optimizer_states", "lr_schedulers", "callbacks")  # what a weights-only Lightning checkpoint leaves out
@@ -49,9 +50,9 @@ def weights_only(path: Path) -> bool:
         return False
     for key in RESUME_STATE:
         checkpoint.pop(key, None)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    torch.save(checkpoint, partial)
-    os.replace(partial, path)
+    # an exclusively created temporary name: a link planted in a shared run folder is never written through
+    with atomic_file(path, "checkpoint", user_folder=True) as handle:
+        torch.save(checkpoint, handle)
     return True
 
 
