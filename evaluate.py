@@ -20,6 +20,7 @@ def main(cfg: DictConfig) -> None:
 
     from datamodules.shards import read_manifest
     from models.sharding import is_zero3
+    from training.bases import base_overrides
     from training.evaluating import Loaded, evaluate, model_loaders
     from training.scored_splits import run_facts, scored_splits
     from training.scoring import score, scoring_trainer
@@ -28,7 +29,9 @@ def main(cfg: DictConfig) -> None:
     ckpt = Path(cfg.ckpt)
     facts = run_facts(ckpt)
     trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
-    models = model_loaders(ckpt, sharded=is_zero3(trainer.strategy))  # ZeRO-3: each model built in partitions
+    models = model_loaders(
+        ckpt, sharded=is_zero3(trainer.strategy), bases=base_overrides(cfg.get("model"))
+    )  # ZeRO-3: each model built in partitions
     first, load_first = models[0]
     models[0] = (first, Loaded(load_first()))  # weights are checked (and refused) before any data is prepared
     datamodule = instantiate(cfg.data)

@@ -14,11 +14,12 @@ from training.user_errors import entry_point
 @entry_point(preflight.export)
 def main(cfg: DictConfig) -> None:
     from training.artifacts import export_culture, run_model
+    from training.bases import base_overrides
     from training.console import configure_console
 
     configure_console()
     run_dir = Path(cfg.run)
-    model, info = run_model(run_dir, cfg.checkpoint)
+    model, info = run_model(run_dir, cfg.checkpoint, bases=base_overrides(cfg.get("model")), command=f"python export.py run={run_dir}")
     cultures = [cfg.culture] if cfg.culture else list(model.heads)
     out = Path(cfg.out) if cfg.out else run_dir / "export"
     for culture in cultures:

@@ -100,7 +100,7 @@ def check_shard_names(manifest: dict[str, Any], path: Path) -> None:
             raise ValueError(f"{path}: shard {index}: {error}") from None
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+def write_json_atomic(path: Path, payload: Any) -> None:
     """Write JSON through an exclusively created temporary file and rename, so readers never see half a file
     and a link planted at a temporary name is never followed (datamodules/cache_files.py)."""
     write_file(path, json.dumps(payload, indent=1, ensure_ascii=False).encode(), "manifest", user_folder=True)

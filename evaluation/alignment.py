@@ -98,6 +98,11 @@ def marker_test(matrices: list[Matrix], alpha: float = 0.05) -> dict[str, str | 
     return {"test": describe(tested or [(len(matrices), len(matrices))]), "alpha": alpha, "note": unreachable_note(sizes, alpha)}
 
 
+# One meaning per mark in every report crossmod writes: BEST follows the highest value of a row or column; `*`/`**`
+# only ever mean a significance test passed (alignment_markers, zeroshot_stats).
+BEST = "†"
+
+
 def best_culture(row: Mapping[str, float]) -> str:
     """The culture with the highest AUROC of a matrix row (NaN never best unless all are NaN: then the first)."""
     return max(row, key=lambda c: -1 if math.isnan(row[c]) else row[c])

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import accuracy_score
+from sklearn.metrics import accuracy_score, f1_score
 
+from evaluation.alignment import BEST
 from evaluation.metrics import culture_auroc
 from evaluation.predictions import binary_scores
 from evaluation.summary import mean_std
@@ -27,11 +28,16 @@ class Answers:
 
     probability: dict[str, float] = field(default_factory=dict)
     decision: dict[str, int | None] = field(default_factory=dict)
+    # decisions at a threshold chosen without the held-out memes (a fine-tuned model's selection split), scored by
+    # macro-F1; None: no such threshold (macro-F1 is then undefined, never computed at 0.5 under that name)
+    # (a zero-shot model's own answers, None = invalid, counted wrong)
+    chosen: dict[str, int | None] | None = None
 
 
 def fold_scores(answers: list[Answers], labels: dict[str, int]) -> dict[str, float]:
-    """Accuracy (invalid = wrong) and AUROC of one fold, averaged over the predictor's answer sets (prompts)."""
-    accs, aurocs = [], []
+    """Accuracy (invalid = wrong), AUROC and macro-F1 at the chosen decisions of one fold, averaged over the
+    predictor's answer sets (prompts)."""
+    accs, aurocs, f1s = [], [], []
     for answer in answers:
         ids = sorted(i for i in labels if i in answer.decision)
         if len(ids) != len(labels):
@@ -40,10 +46,25 @@ def fold_scores(answers: list[Answers], labels: dict[str, int]) -> dict[str, flo
         truth = np.array([labels[i] for i in ids])
         predicted = np.array([-1 if answer.decision[i] is None else answer.decision[i] for i in ids])
         accs.append(accuracy_score(truth, predicted))
+        if answer.chosen is not None:
+            chosen = [-1 if answer.chosen.get(i) is None else answer.chosen[i] for i in ids]
+            f1s.append(f1_score(truth, chosen, average="macro", labels=[0, 1], zero_division=0))
         scored = [i for i in ids if answer.probability.get(i) is not None]
         y = [labels[i] for i in scored]
         aurocs.append(culture_auroc(y, [answer.probability[i] for i in scored]))
-    return {"acc": float(np.mean(accs)), "auroc": float(np.nanmean(aurocs)) if not all(map(math.isnan, aurocs)) else math.nan}
+    return {
+        "acc": float(np.mean(accs)),
+        "auroc": float(np.nanmean(aurocs)) if not all(map(math.isnan, aurocs)) else math.nan,
+        "macro_f1": float(np.mean(f1s)) if len(f1s) == len(answers) else math.nan,
+    }
+
+
+def majority_rates(labels: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, float]]:
+    """Per culture column, mean ± sample std over folds of the accuracy of always answering the fold's most frequent
+    label: what an accuracy must beat to carry information."""
+    columns = list(labels[0]) if labels else []
+    rates = {c: [max(np.mean(list(fold[c].values())), 1 - np.mean(list(fold[c].values()))) for fold in labels] for c in columns}
+    return {c: mean_std(float(r) for r in values) for c, values in rates.items()}
 
 
 def transfer_table(
@@ -51,7 +72,8 @@ def transfer_table(
 ) -> dict[str, dict[str, dict[str, float]]]:
     """`predictors[row][column][fold]` = answer sets; `labels[fold][column]` = id → label of that culture.
 
-    Returns `table[row][column]` with `acc_mean`, `acc_std`, `auroc_mean`, `auroc_std` and `folds`.
+    Returns `table[row][column]` with `acc_mean`, `acc_std`, `auroc_mean`, `auroc_std`, `macro_f1_mean`, `macro_f1_std`
+    and `folds`.
     """
     table: dict[str, dict[str, dict[str, float]]] = {}
     for row, columns in predictors.items():
@@ -61,19 +83,24 @@ def transfer_table(
                 raise ValueError(f"{row}: {len(per_fold)} folds of answers for {len(labels)} folds of labels")
             scores = [fold_scores(answers, fold_labels[column]) for answers, fold_labels in zip(per_fold, labels)]
             cell: dict[str, float] = {"folds": len(scores)}
-            for metric in ("acc", "auroc"):
+            for metric in ("acc", "auroc", "macro_f1"):
                 stats = mean_std(s[metric] for s in scores)
                 cell[f"{metric}_mean"], cell[f"{metric}_std"] = stats["mean"], stats["std"]
             table[row][column] = cell
     return table
 
 
-def transfer_markdown(table: dict[str, dict[str, dict[str, float]]], metric: str, diagonal: dict[str, str]) -> str:
-    """Rows × culture columns, `mean ± std` (accuracy in %), the row's own culture underlined, best per column bold."""
+def transfer_markdown(
+    table: dict[str, dict[str, dict[str, float]]],
+    metric: str,
+    diagonal: dict[str, str],
+    majority: dict[str, dict[str, float]] | None = None,
+) -> str:
+    """Rows × culture columns, `mean ± std` (accuracy in %), the row's own culture underlined, best per column †."""
     columns = list(next(iter(table.values())))
     scale = 100.0 if metric == "acc" else 1.0
     digits = 1 if metric == "acc" else 3
-    best = {}  # every row tied at the column's best mean is bold
+    best = {}  # every row tied at the column's best mean is marked
     for column in columns:
         means = [table[r][column][f"{metric}_mean"] for r in table if not math.isnan(table[r][column][f"{metric}_mean"])]
         best[column] = max(means) if means else math.nan
@@ -86,18 +113,27 @@ def transfer_markdown(table: dict[str, dict[str, dict[str, float]]], metric: str
             if diagonal.get(row) == column:
                 text = f"<u>{text}</u>"
             if cells[column][f"{metric}_mean"] == best[column]:
-                text = f"**{text}**"
+                text += BEST
             out.append(text)
         lines.append(f"| {row} | " + " | ".join(out) + " |")
+    if majority:  # the baseline row: never marked best, it is what the rows above must beat
+        cells = [
+            f"{majority[c]['mean'] * scale:.{digits}f}"
+            + ("" if math.isnan(majority[c]["std"]) else f" ± {majority[c]['std'] * scale:.{digits}f}")
+            for c in columns
+        ]
+        lines.append("| *majority class* | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 THRESHOLD = 0.5  # a fine-tuned model decides Hate at P(hate) ≥ this
 
 
-def decided(probs: dict[str, float], threshold: float = THRESHOLD) -> Answers:
-    """A fine-tuned head's answers: its probabilities, and a decision at `threshold`."""
-    return Answers(probability=probs, decision={i: int(p >= threshold) for i, p in probs.items()})
+def decided(probs: dict[str, float], threshold: float = THRESHOLD, chosen: float | None = None) -> Answers:
+    """A fine-tuned head's answers: its probabilities, a decision at `threshold` and, given the threshold its run
+    chose on its selection split, the decisions at that one."""
+    at_chosen = None if chosen is None else {i: int(p >= chosen) for i, p in probs.items()}
+    return Answers(probability=probs, decision={i: int(p >= threshold) for i, p in probs.items()}, chosen=at_chosen)
 
 
 def answers_by_fold(by_prompt: dict[str, Answers], held_out: list[set[str]]) -> list[list[Answers]]:
@@ -106,7 +142,11 @@ def answers_by_fold(by_prompt: dict[str, Answers], held_out: list[set[str]]) -> 
     for ids in held_out:
         folds.append(
             [
-                Answers({i: a.probability[i] for i in ids if i in a.probability}, {i: a.decision[i] for i in ids if i in a.decision})
+                Answers(
+                    {i: a.probability[i] for i in ids if i in a.probability},
+                    decision := {i: a.decision[i] for i in ids if i in a.decision},
+                    chosen=decision,  # a zero-shot model's answers are its decisions: no threshold to choose
+                )
                 for _, a in sorted(by_prompt.items())
             ]
         )
@@ -123,6 +163,12 @@ def held_out_sets(experiments: FoldResults) -> tuple[list[int], list[set[str]]]:
     first = next(iter(experiments.values()))
     folds = sorted(first)
     return folds, [set(first[k].get("held_out_labels", {})) for k in folds]
+
+
+def _chosen_thresholds(result: dict[str, Any]) -> dict[str, float]:
+    """Head → the threshold the fold run chose on its selection split (fold_result.json), if it chose one."""
+    heads = (result.get("selection_threshold") or {}).get("heads") or {}
+    return {head: float(scores["val_threshold"]) for head, scores in heads.items()}
 
 
 def fold_transfer(
@@ -156,19 +202,26 @@ def fold_transfer(
     for name, runs in usable.items():
         probs = [binary_scores(runs[k]["oof_predictions"])[0] for k in folds]
         heads = [h for h in probs[0] if h in cultures]
+        chosen = [_chosen_thresholds(runs[k]) for k in folds]
         if len(heads) == 1:
             row = f"FT-{heads[0]}"
             diagonal[row] = heads[0]
-            predictors[row] = {c: [[decided(p[heads[0]], threshold)] for p in probs] for c in cultures}
+            predictors[row] = {c: [[decided(p[heads[0]], threshold, t.get(heads[0]))] for p, t in zip(probs, chosen)] for c in cultures}
         elif heads:
             row = f"multi-head ({name})"
-            predictors[row] = {c: [[decided(p[c], threshold)] for p in probs] for c in cultures if c in heads}
+            predictors[row] = {c: [[decided(p[c], threshold, t.get(c))] for p, t in zip(probs, chosen)] for c in cultures if c in heads}
     order = ["zero-shot", *(f"FT-{c}" for c in cultures)]
     ranked = sorted(predictors, key=lambda r: (order.index(r) if r in order else len(order), r))
     predictors = {r: predictors[r] for r in ranked if set(predictors[r]) == set(cultures)}
     if len(predictors) < 2 and "zero-shot" not in predictors and not diagonal:
         return None
-    return {"table": transfer_table(predictors, labels), "diagonal": diagonal, "folds": folds, "problems": problems}
+    return {
+        "table": transfer_table(predictors, labels),
+        "majority": majority_rates(labels),
+        "diagonal": diagonal,
+        "folds": folds,
+        "problems": problems,
+    }
 
 
 def transfer_document(transfer: dict[str, Any], threshold: float = THRESHOLD) -> str:
@@ -179,11 +232,22 @@ def transfer_document(transfer: dict[str, Any], threshold: float = THRESHOLD) ->
         "",
         "Rows: models (FT-<culture> = trained on that culture's labels only); columns: the culture whose labels judge them.",
         f"Each cell: mean ± sample std over {len(transfer['folds'])} held-out folds; decisions at P(hate) ≥ {threshold}; zero-shot: mean over "
-        "its prompts within each fold, unparseable answers counted wrong. <u>Underlined</u>: the row's own culture; **bold**: best per column.",
+        "its prompts within each fold, unparseable answers counted wrong. <u>Underlined</u>: the row's own culture; †: best per column (no test).",
         "",
         "## Accuracy (%)",
         "",
-        transfer_markdown(table, "acc", diagonal),
+        transfer_markdown(table, "acc", diagonal, transfer.get("majority")),
+        "",
+        "*majority class*: the accuracy of always answering the fold's most frequent label of that culture; an accuracy "
+        "no higher carries no information.",
+        "",
+        "## Macro-F1 at the selection split's threshold",
+        "",
+        transfer_markdown(table, "macro_f1", diagonal),
+        "",
+        "Fine-tuned rows decide at the threshold that maximised macro-F1 of their own head on their fold's selection "
+        "split (never the held-out fold), the same threshold for every column; zero-shot rows at their own answers "
+        "(invalid counted wrong); — where a run chose no threshold (no selection split).",
         "",
         "## AUROC",
         "",

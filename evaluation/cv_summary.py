@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from datamodules.selection_rules import RULES
-from evaluation.alignment import alignment_matrix, alignment_table
+from evaluation.alignment import BEST, alignment_matrix, alignment_table
 from evaluation.predictions import binary_scores
 from evaluation.summary import mean_std
 
@@ -144,9 +144,20 @@ def _per_head_metric(scores_by_fold: list[dict[str, dict[str, float | None]]]) -
     return per_metric
 
 
+def _threshold_scores(result: FoldResult) -> dict[str, dict[str, float]]:
+    """Head (and `mean`) → held-out scores at the selection split's threshold, as the fold result recorded them."""
+    recorded = result.get("selection_threshold") or {}
+    heads = {head: {k: v for k, v in scores.items() if k != "val_threshold"} for head, scores in (recorded.get("heads") or {}).items()}
+    return {**heads, "mean": recorded["mean"]} if heads else {}
+
+
 def summarise(results: Mapping[int, FoldResult], oof: PooledOOF) -> dict[str, Any]:
     """Mean ± sample std over folds of the held-out folds' metrics, plus pooled out-of-fold scores."""
     summary = prefixed_mean_std(_per_head_metric([r["held_out"] for r in results.values()]), "cv")
+    # macro-F1 (and accuracy) at the threshold each fold's selection split chose, applied once to its held-out fold
+    thresholds = [_threshold_scores(r) for r in results.values()]
+    if all(thresholds):
+        summary.update(prefixed_mean_std(_per_head_metric(thresholds), "cv"))
     # the selection set's scores of the selected weights: what a hyperparameter sweep may be scored by
     per_selection = _per_head_metric([r.get("selection_scores") or {} for r in results.values()])
     if all(len(v) == len(results) for v in per_selection.values()):
@@ -163,6 +174,22 @@ def summarise(results: Mapping[int, FoldResult], oof: PooledOOF) -> dict[str, An
     }
 
 
+# The per-head columns of cv_report.md: metric key → heading. Accuracy at 0.5 is shown beside the majority-class rate
+# (an accuracy no higher carries no information) and beside macro-F1 at a threshold the selection split chose.
+CV_COLUMNS = {
+    "auroc": "AUROC",
+    "acc": "acc",
+    "majority": "majority",
+    "f1": "F1",
+    "macro_f1_at_val_threshold": "macro-F1 @ sel. thr.",
+}
+CV_COLUMNS_NOTE = (
+    "acc and F1: decisions at P(hate) ≥ 0.5; majority: the accuracy of always answering the held-out fold's most frequent "
+    "class; macro-F1 @ sel. thr.: at the threshold that maximised macro-F1 on the fold's selection split, applied once to "
+    "its held-out fold (— where a fold has no selection split)."
+)
+
+
 def cv_markdown(name: str, folds: list[int], problems: list[str], result: dict[str, Any]) -> str:
     """`cv_report.md`: the rule, mean ± std per head, pooled out-of-fold AUROC, the alignment table and figures."""
     heads = sorted({k.split("/")[1] for k in result["metrics"] if k.startswith("cv/")} - {"mean"}) + ["mean"]
@@ -170,17 +197,19 @@ def cv_markdown(name: str, folds: list[int], problems: list[str], result: dict[s
     lines += ["", f"Selection rule: **{result['selection']['rule']}** — {result['selection']['description']}."]
     lines += ["Every number below is the held-out folds' single test pass (mean ± sample std over folds)."]
     lines += [f"- **problem**: {p}" for p in problems] + [""]
-    lines += ["| head | AUROC | acc | F1 | pooled OOF AUROC |", "|---|---|---|---|---|"]
+    metrics = result["metrics"]
+    lines += [f"| head | {' | '.join(CV_COLUMNS.values())} | pooled OOF AUROC |", "|---|" + "---|" * (len(CV_COLUMNS) + 1)]
     for head in heads:
         cells = [
-            f"{result['metrics'][f'cv/{head}/{m}_mean']:.3f} ± {result['metrics'][f'cv/{head}/{m}_std']:.3f}"
-            for m in ("auroc", "acc", "f1")
+            f"{metrics[f'cv/{head}/{m}_mean']:.3f} ± {metrics[f'cv/{head}/{m}_std']:.3f}" if f"cv/{head}/{m}_mean" in metrics else "—"
+            for m in CV_COLUMNS
         ]
         pooled = result["pooled_oof_auroc"].get(head)
         lines.append(f"| {head} | " + " | ".join(cells) + f" | {'' if pooled is None else f'{pooled:.3f}'} |")
+    lines += ["", CV_COLUMNS_NOTE]
     if not result["alignment"]:
         return "\n".join([*lines, "", "No binary heads: no pooled ROC or alignment matrix.", ""])
-    lines += ["", "Alignment (AUROC of each head's scores against each culture's labels; * = best culture):", ""]
-    lines += alignment_table(result["alignment"], {head: "*" for head in result["alignment"]})
+    lines += ["", f"Alignment (AUROC of each head's scores against each culture's labels; {BEST} = best culture; no test):", ""]
+    lines += alignment_table(result["alignment"], {head: BEST for head in result["alignment"]})
     lines += ["", "![ROC](roc_oof.png)", "", "![alignment](alignment.png)", ""]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from sklearn.metrics import roc_curve  # noqa: E402
 
+from evaluation.alignment import BEST  # noqa: E402
 from evaluation.metrics import culture_auroc  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def alignment_heatmap(matrix: dict[str, dict[str, float]], path: Path, title: st
     for i, row in enumerate(values):
         best = int(np.nanargmax(row)) if not all(math.isnan(v) for v in row) else -1
         for j, value in enumerate(row):
-            ax.text(j, i, f"{value:.2f}" + ("*" if j == best else ""), ha="center", va="center", color="white", fontsize=8)
+            ax.text(j, i, f"{value:.2f}" + (BEST if j == best else ""), ha="center", va="center", color="white", fontsize=8)
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -53,7 +54,7 @@ def alignment_heatmap(matrix: dict[str, dict[str, float]], path: Path, title: st
 
 
 def transfer_heatmap(table: dict[str, dict[str, dict[str, float]]], metric: str, diagonal: dict[str, str], path: Path, title: str) -> Path:
-    """Rows: models; columns: cultures' labels; cell: fold mean of `metric` (the row's own culture boxed, best per column *)."""
+    """Rows: models; columns: cultures' labels; cell: fold mean of `metric` (the row's own culture boxed, best per column †)."""
     rows, cols = list(table), list(next(iter(table.values())))
     values = np.array([[table[r][c][f"{metric}_mean"] for c in cols] for r in rows])
     fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 2.5, 0.7 * len(rows) + 1.5))
@@ -64,7 +65,7 @@ def transfer_heatmap(table: dict[str, dict[str, dict[str, float]]], metric: str,
     best = [np.nanmax(values[:, j]) if not np.isnan(values[:, j]).all() else np.nan for j in range(len(cols))]
     for i, row in enumerate(rows):
         for j, value in enumerate(values[i]):
-            ax.text(j, i, f"{value:.3f}" + ("*" if value == best[j] else ""), ha="center", va="center", color="white", fontsize=8)
+            ax.text(j, i, f"{value:.3f}" + (BEST if value == best[j] else ""), ha="center", va="center", color="white", fontsize=8)
             if diagonal.get(row) == cols[j]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
     fig.colorbar(image, ax=ax)

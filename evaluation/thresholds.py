@@ -9,9 +9,13 @@ operating point a user could have picked in advance. Scores are scikit-learn's.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import f1_score
+
+from evaluation.alignment import read_predictions
 
 
 def macro_f1(labels: np.ndarray, probs: np.ndarray, threshold: float) -> float:
@@ -53,3 +57,22 @@ def selection_threshold_scores(
             "acc_at_val_threshold": float(np.mean((p >= threshold).astype(int) == y)),
         }
     return scores
+
+
+def threshold_on_selection(predictions: Path) -> dict[str, Any] | None:
+    """Per binary head (and their mean), macro-F1 and accuracy on a run's test stage at the threshold that maximised
+    macro-F1 on its validation stage (`predictions/val.csv`, the selection split, never the held-out memes) and
+    test stage (`test.csv`); None without both files or without a head with two classes on val."""
+    val, test = predictions / "val.csv", predictions / "test.csv"
+    if not (val.is_file() and test.is_file()):
+        return None
+    per_head = selection_threshold_scores(read_predictions(val), read_predictions(test))
+    if not per_head:
+        return None
+    names = next(iter(per_head.values())).keys()
+    mean = {name: sum(scores[name] for scores in per_head.values()) / len(per_head) for name in names if name != "val_threshold"}
+    return {
+        "rule": "threshold maximising macro-F1 on the validation (selection) split, applied once to the test stage",
+        "heads": per_head,
+        "mean": mean,
+    }

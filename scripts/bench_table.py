@@ -21,6 +21,7 @@ README = ROOT / "docs" / "performance.md"  # the page that holds the table
 START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
 ORDER = (
     "training_overhead",
+    "shared_cores",
     "data_loading",
     "conversion",
     "zeroshot_generation",
@@ -32,6 +33,7 @@ ORDER = (
 )
 TITLES = {
     "training_overhead": "Training overhead",
+    "shared_cores": "Trainings sharing a machine",
     "data_loading": "Data loading",
     "conversion": "Shard conversion",
     "zeroshot_generation": "Zero-shot generation",

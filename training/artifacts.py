@@ -31,7 +31,16 @@ from datamodules.paths import OutsideRoot, ensure_within
 from datamodules.shards import write_json_atomic
 from models.module import MemeClassifier
 from models.trusted_targets import MODEL_ROOT, check_trusted
-from training.bases import BaseModelError, absolute_paths, override_keys, portable_bases, resolve_bases, without_machine_paths
+from training.bases import (
+    BaseModelError,
+    absolute_paths,
+    missing_local_bases,
+    override_keys,
+    portable_bases,
+    resolve_bases,
+    with_bases,
+    without_machine_paths,
+)
 from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
 from training.redaction import redact
 from training.user_errors import UserError
@@ -126,7 +135,13 @@ def refuse_pickles(folder: Path) -> None:
         )
 
 
-def run_model(run_dir: Path, checkpoint: str = "best", sharded: bool = False) -> tuple[MemeClassifier, dict[str, Any]]:
+def run_model(
+    run_dir: Path,
+    checkpoint: str = "best",
+    sharded: bool = False,
+    bases: Mapping[str, str | None] | None = None,
+    command: str | None = None,
+) -> tuple[MemeClassifier, dict[str, Any]]:
     """The run's best or last checkpoint (or a given checkpoint path) as a model, and the run's config.
 
     Lightning checkpoint files load as they are. DeepSpeed checkpoint directories and consolidated
@@ -135,8 +150,11 @@ def run_model(run_dir: Path, checkpoint: str = "best", sharded: bool = False) ->
     The run's config and a checkpoint's hyperparameters are checked before anything is built from them.
     `sharded`: the weights are read now, but the model is left for Lightning to build inside ZeRO-3's partitioned
     init (scoring under `strategy=deepspeed_zero3`), and the weights go in then, partition by partition.
+    `bases`: the user's overrides (`{"text.name_or_path": <local copy>}`) for a base the run read from a folder this
+    machine holds elsewhere; a base folder that is gone without one is named with `command`'s override.
     """
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    changed = _given_bases(config, run_dir, bases, command or f"python export.py run={run_dir}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     named = {"best": metrics["best_checkpoint"], "last": run_dir / "checkpoints" / "last.ckpt"}
     if not named["best"] and (metrics.get("selection") or {}).get("weights") == "final":
@@ -152,10 +170,26 @@ def run_model(run_dir: Path, checkpoint: str = "best", sharded: bool = False) ->
         model, state = MemeClassifier.unbuilt_from_checkpoint(path)
         _restore_when_built(model, state, sharded)
     elif path.is_file():
-        model = MemeClassifier.load_from_checkpoint(path, map_location="cpu")
+        model = MemeClassifier.load_from_checkpoint(path, map_location="cpu", **changed)
     else:
         raise FileNotFoundError(f"{path} does not exist (checkpoint={checkpoint} of run {run_dir})")
     return model.eval(), {"config": config, "metrics": metrics, "checkpoint": str(path)}
+
+
+def _given_bases(config: dict[str, Any], run_dir: Path, bases: Mapping[str, str | None] | None, command: str) -> dict[str, Any]:
+    """Apply base overrides to the run's model config (in place); the top-level model settings they changed, as the
+    keyword arguments a checkpoint's hyperparameters are loaded with. A base folder the run read that is no longer
+    there, and that no override replaces, stops here naming the key and the job's own command."""
+    model_cfg = config.get("model") or {}
+    before = json.loads(json.dumps(model_cfg))
+    given = with_bases(model_cfg, bases, run_dir / "config.yaml")
+    missing = [(key, value) for key, value in missing_local_bases(model_cfg) if key not in given]
+    if missing:
+        key, value = missing[0]
+        raise BaseModelError(
+            f"{run_dir}: its base model.{key}={value} is not on this machine. Give this machine's copy: {command} model.{key}=<local copy>"
+        )
+    return {key: value for key, value in model_cfg.items() if before.get(key) != value}
 
 
 def _restore_when_built(model: MemeClassifier, state: dict[str, torch.Tensor], sharded: bool) -> None:
@@ -303,7 +337,8 @@ def _write_culture(
     # Where the training machine kept its image features is not the exported model's business: an export scores each
     # meme once, so it runs the tower (models/vlm/cached_vision.py)
     (model_cfg.get("fusion") or {}).pop("vision_cache_dir", None)
-    for note in portable_bases(model_cfg, out, ship_base_mb):
+    notes, base_provenance = portable_bases(model_cfg, out, ship_base_mb)
+    for note in notes:
         print(f"[export] {culture}: {note}")
     leaks = absolute_paths(model_cfg)
     if leaks:  # a key crossmod does not know as a base: refuse rather than ship a path of this machine
@@ -336,6 +371,9 @@ def _write_culture(
         or model_cfg.get("fusion", {}).get("name_or_path")
         or (model_cfg.get("text") or {}).get("name_or_path"),
         "base_revision": _revision(model),
+        # each base the run read from a folder: its hub id and revision (a cache snapshot), or its folder name, what its
+        # config declares and a SHA-256 of its files; hub ids are the base_model/base_revision above
+        "base_provenance": base_provenance,
         "prompt": model_cfg.get("prompt"),
         "experiment": metrics.get("experiment"),
         "run": run_dir.name,  # the run's id; no path of the training machine leaves in an export
@@ -360,17 +398,19 @@ def _export_database(
     model: MemeClassifier, info: dict[str, Any], run_dir: Path, culture: str, out: Path, card: dict[str, Any], kind: str
 ) -> None:
     """kind=retrieval: the run's labelled training memes under the exported weights (training/retrieval_db.py)."""
-    from training.retrieval_db import DB_FILE, IDS_FILE, run_training_memes, write_database
+    from training.retrieval_db import DB_FILE, IDS_FILE, UNSEEN_FILE, run_training_memes, unseen_content, write_database
 
     card["kind"] = kind
     if kind != "retrieval":
-        for name in (DB_FILE, IDS_FILE):  # an earlier retrieval export of this folder must not linger
+        for name in (DB_FILE, IDS_FILE, UNSEEN_FILE):  # an earlier retrieval export of this folder must not linger
             (out / name).unlink(missing_ok=True)
         return
     database, unlabelled = run_training_memes(run_dir, info["config"], model, culture)
     source = {"from": f"the training memes of run {run_dir.name}", "memes": len(database.ids), "unlabelled_left_out": unlabelled}
     retrieval = {"k": model.retrieval.k, "weighting": model.retrieval.weighting}
     card["retrieval"] = {**retrieval, **write_database(out, database), "sources": [source]}
+    # the run's held-out and selection memes by content, so `add` refuses them under any id
+    card["retrieval"]["unseen"] = unseen_content(run_dir, info["config"], model, out, card)
 
 
 def _chain(error: BaseException | None) -> list[BaseException]:
@@ -460,12 +500,15 @@ def _readme_base(base: str | None) -> str:
     return f"<this folder>/{base[2:]}" if base and base.startswith("./") else str(base)
 
 
-def load_culture(folder: str | Path, bases: Mapping[str, str | None] | None = None) -> tuple[MemeClassifier, dict[str, Any]]:
+def load_culture(
+    folder: str | Path, bases: Mapping[str, str | None] | None = None, command: str | None = None
+) -> tuple[MemeClassifier, dict[str, Any]]:
     """Rebuild an exported culture's classifier (fresh base + adapter, or the saved classifier weights).
 
     The folder is data: its configs are checked (models/trusted_targets.py) before anything is built, and its
     bases resolved inside it (training/bases.py). `bases`: the user's overrides, by model_config key
-    (`{"name_or_path": <local copy>}`), for a base the folder names but this machine holds elsewhere.
+    (`{"name_or_path": <local copy>}`), for a base the folder names but this machine holds elsewhere; `command`: the
+    calling job's command line up to that override, which an error about a missing base names.
     """
     folder = Path(folder)
     check_inside(folder)
@@ -475,7 +518,8 @@ def load_culture(folder: str | Path, bases: Mapping[str, str | None] | None = No
     check_trusted(card.get("heads"), folder / "culture_card.json")
     check_trusted(model_cfg, folder / "model_config.json", root=MODEL_ROOT)
     keys = override_keys(model_cfg)
-    resolve_bases(model_cfg, folder, bases)
+    command = command or f"python predict.py adapters={folder}"
+    resolve_bases(model_cfg, folder, bases, command)
     model_cfg["heads"] = card["heads"]
     lora = card["format"] == "peft-lora"
     if not isinstance(model_cfg.get("fusion", {}), dict):
@@ -492,9 +536,7 @@ def load_culture(folder: str | Path, bases: Mapping[str, str | None] | None = No
         if cause is None:
             raise
         fixes = " or ".join(f"model.{key}=<local copy>" for key in keys)
-        raise BaseModelError(
-            f"{folder}: cannot load its base model ({cause}). Give this machine's copy: python predict.py adapters={folder} {fixes}"
-        ) from error
+        raise BaseModelError(f"{folder}: cannot load its base model ({cause}). Give this machine's copy: {command} {fixes}") from error
     if lora:
         check_safetensors(folder / "adapter_model.safetensors")
         model.backbone.load_adapter(folder)

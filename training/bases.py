@@ -4,9 +4,13 @@ A run names its bases (text encoder, tokenizer, CLIP, VisualBERT, VLM …) as it
 or folders of the machine that trained it. An export must load elsewhere, so its `model_config.json`
 never holds an absolute path. A hub id stays as it is. A local folder up to `ship_mb` MiB (the tiny test
 models) is copied into the export as `base/<name>` and named `./base/<name>`, relative to the export. A
-larger one is never copied silently: it is named by the hub id its `config.json` records (`_name_or_path`),
-else by its folder name, which `local_bases` lists so that loading asks for this machine's copy
-(`model.<key>=<path>`, e.g. `model.name_or_path` for a VLM, `model.text.name_or_path` for a text encoder).
+larger one is never copied silently: a Hugging Face cache snapshot (`models--owner--name/snapshots/<revision>`) is
+named by its hub id, any other folder by its folder name, which `local_bases` lists so that loading asks for this
+machine's copy (`model.<key>=<path>`, e.g. `model.name_or_path` for a VLM, `model.text.name_or_path` for a text
+encoder). A folder's `config.json` `_name_or_path` is not taken for a hub id: it names the model the folder was made
+from (all-MiniLM-L6-v2 records `nreimers/MiniLM-L6-H384-uncased`), not the folder. The card's `base_provenance`
+says what each base was: hub id and revision, or for a local folder its name, what its config declares and a SHA-256
+of its files, so a copy can be checked against the one that trained the export.
 
 On load the folder is data: a shipped base must resolve inside it (no `..`, no symlink out), and a base
 key may hold only a hub id or such a `./` path, never an absolute path. Overrides come from the user.
@@ -14,6 +18,7 @@ key may hold only a hub id or such a `./` path, never an absolute path. Override
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,6 +26,8 @@ import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from training.user_errors import UserError
 
 BASE_DIR = "base"
 LOCAL_BASES = "local_bases"  # model_config.json: the keys naming a training machine's folder that was not shipped
@@ -41,8 +48,8 @@ CACHE_DIR = re.compile(r"^models--([\w.-]+?)--([\w.-]+)$")  # a hub model in the
 NOT_SHIPPED = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt", "*.lock", ".git", ".cache")
 
 
-class BaseModelError(FileNotFoundError):
-    """An exported folder's base model cannot be found here: names the key and how to give it."""
+class BaseModelError(UserError, FileNotFoundError):
+    """A base model (of an exported folder or a run) cannot be found here: names the key and how to give it."""
 
 
 def _strings(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
@@ -84,24 +91,60 @@ def _size_within(folder: Path, limit: int) -> bool:
     return True
 
 
-def _recorded_name(source: Path) -> tuple[str, bool]:
-    """What can be known of a local base without shipping it: (its hub id, True) from a Hugging Face cache path
-    (`models--owner--name/snapshots/…`) or its config's `_name_or_path` when that is `owner/name`; else (its folder name, False)."""
-    cached = next((m for part in reversed(source.parts) if (m := CACHE_DIR.match(part))), None)
-    if cached:
-        return f"{cached[1]}/{cached[2]}", True
+def _cached_hub_id(source: Path) -> tuple[str, str | None] | None:
+    """(hub id, revision) of a Hugging Face cache snapshot folder (`models--owner--name/snapshots/<revision>`)."""
+    parts = source.parts
+    for index in range(len(parts) - 1, -1, -1):
+        if cached := CACHE_DIR.match(parts[index]):
+            revision = parts[index + 2] if len(parts) > index + 2 and parts[index + 1] == "snapshots" else None
+            return f"{cached[1]}/{cached[2]}", revision
+    return None
+
+
+def _declared_name(source: Path) -> str | None:
+    """What a model folder's config.json says it was made from (`_name_or_path`): recorded, never loaded."""
     try:
         named = json.loads((source / "config.json").read_text()).get("_name_or_path")
     except (OSError, ValueError, AttributeError):
-        named = None
-    if isinstance(named, str) and "/" in named and HUB_ID.match(named) and ".." not in named:
-        return named, True
-    return source.name, False
+        return None
+    return named if isinstance(named, str) and HUB_ID.match(named) else None
 
 
-def portable_bases(model_cfg: dict[str, Any], out: Path, ship_mb: float) -> list[str]:
+def folder_sha256(folder: Path) -> str:
+    """SHA-256 over a folder's files (sorted relative paths and each file's SHA-256), the files a shipped copy would
+    hold (NOT_SHIPPED left out): equal for two copies of one model folder wherever they live."""
+    from datamodules.shards import sha256_file
+
+    lines = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        relative = path.relative_to(folder)
+        if any(relative.match(pattern) or pattern in relative.parts for pattern in NOT_SHIPPED):
+            continue
+        lines.append(f"{relative.as_posix()}\t{sha256_file(path)}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def _recorded_name(source: Path) -> tuple[str, bool]:
+    """What a local base is named by without shipping it: (its hub id, True) for a Hugging Face cache snapshot; else
+    (its folder name, False)."""
+    cached = _cached_hub_id(source)
+    return (cached[0], True) if cached else (source.name, False)
+
+
+def provenance(source: Path, keys: list[str], named: str) -> dict[str, Any]:
+    """What the card records of one local base: the hub id and revision of a cache snapshot, else the folder's name,
+    what its config declares, and the SHA-256 of its files."""
+    cached = _cached_hub_id(source)
+    if cached:
+        return {"keys": keys, "named": named, "hub_id": cached[0], "revision": cached[1]}
+    if not source.is_dir():
+        return {"keys": keys, "named": named, "file": source.name}
+    return {"keys": keys, "named": named, "folder": source.name, "declares": _declared_name(source), "sha256": folder_sha256(source)}
+
+
+def portable_bases(model_cfg: dict[str, Any], out: Path, ship_mb: float) -> tuple[list[str], list[dict[str, Any]]]:
     """Rewrite (in place) every local path `model_cfg` names to a portable name, shipping small folders into
-    `out/base/`; returns one line per base for the export's log."""
+    `out/base/`; returns one line per base for the export's log, and each local base's provenance for the card."""
     shutil.rmtree(out / BASE_DIR, ignore_errors=True)  # a re-export ships afresh
     recorded = dict(_strings(model_cfg))
     sources: dict[Path, list[str]] = {}
@@ -110,6 +153,7 @@ def portable_bases(model_cfg: dict[str, Any], out: Path, ship_mb: float) -> list
             sources.setdefault(source, []).append(key)
     local: list[str] = []
     notes: list[str] = []
+    provenances: list[dict[str, Any]] = []
     for source, keys in sources.items():
         shippable = source.is_dir() and not out.absolute().is_relative_to(source) and _size_within(source, int(ship_mb * 2**20))
         if shippable:
@@ -130,9 +174,10 @@ def portable_bases(model_cfg: dict[str, Any], out: Path, ship_mb: float) -> list
         for key in keys:
             _set(model_cfg, key, name)
         local += [] if hub else keys
+        provenances.append(provenance(source, keys, name))
     if local:
         model_cfg[LOCAL_BASES] = local
-    return notes
+    return notes, provenances
 
 
 def _inside(folder: Path, value: str, key: str) -> str:
@@ -173,14 +218,10 @@ def base_overrides(model: Mapping[str, Any] | None, where: str = "") -> dict[str
     return found
 
 
-def resolve_bases(model_cfg: dict[str, Any], folder: Path, overrides: Mapping[str, str | None] | None = None) -> dict[str, Any]:
-    """`model_cfg` (a folder's checked model_config.json) with its bases resolved: the user's overrides first (each
-    replaces every base key that recorded the same value), then shipped `./` paths inside the folder.
-    Raises BaseModelError naming the key and the override when a base cannot be found or is refused."""
-    source = folder / "model_config.json"
-    local = model_cfg.pop(LOCAL_BASES, None) or []
-    if not isinstance(local, list) or not all(isinstance(k, str) for k in local):
-        raise BaseModelError(f"{source}: {LOCAL_BASES} must list keys, not {local!r}")
+def with_bases(model_cfg: dict[str, Any], overrides: Mapping[str, str | None] | None, source: Path | str) -> set[str]:
+    """Apply the user's base overrides (`{"text.name_or_path": <local copy>}`) to a model config in place: each
+    replaces every base key that recorded the same value (a tokenizer interpolated from its encoder follows it).
+    Returns the keys given; a key naming no base is refused, listing the config's base keys."""
     recorded = dict(_strings(model_cfg))
     given: set[str] = set()
     for key, value in (overrides or {}).items():
@@ -193,6 +234,23 @@ def resolve_bases(model_cfg: dict[str, Any], folder: Path, overrides: Mapping[st
             if old == recorded[key] and other not in given:
                 _set(model_cfg, other, str(value))
                 given.add(other)
+    return given
+
+
+def resolve_bases(
+    model_cfg: dict[str, Any], folder: Path, overrides: Mapping[str, str | None] | None = None, command: str | None = None
+) -> dict[str, Any]:
+    """`model_cfg` (a folder's checked model_config.json) with its bases resolved: the user's overrides first (each
+    replaces every base key that recorded the same value), then shipped `./` paths inside the folder.
+    Raises BaseModelError naming the key and the override when a base cannot be found or is refused; `command`: the
+    job's own command line up to the override, for the message (default: predict.py's)."""
+    source = folder / "model_config.json"
+    local = model_cfg.pop(LOCAL_BASES, None) or []
+    if not isinstance(local, list) or not all(isinstance(k, str) for k in local):
+        raise BaseModelError(f"{source}: {LOCAL_BASES} must list keys, not {local!r}")
+    recorded = dict(_strings(model_cfg))
+    given = with_bases(model_cfg, overrides, source)
+    command = command or f"python predict.py adapters={folder}"
     shipped = [k for k, v in recorded.items() if v.startswith(f"./{BASE_DIR}/")]
     for key in dict.fromkeys([*BASE_KEYS, *local, *shipped]):
         value = recorded.get(key)
@@ -202,7 +260,7 @@ def resolve_bases(model_cfg: dict[str, Any], folder: Path, overrides: Mapping[st
         if key in local:
             raise BaseModelError(
                 f"{source}: {key} names {value!r}, a folder of the machine that trained this export, which was not shipped "
-                f"in it. Give this machine's copy: {fix} (python predict.py adapters={folder} {fix} …)"
+                f"in it. Give this machine's copy: {fix} ({command} {fix} …)"
             )
         if value.startswith("./"):
             _set(model_cfg, key, _inside(folder, value, key))
@@ -212,6 +270,28 @@ def resolve_bases(model_cfg: dict[str, Any], folder: Path, overrides: Mapping[st
                 f"of another machine is never followed): re-export the run, or give the base: {fix}"
             )
     return model_cfg
+
+
+def missing_local_bases(model_cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(override key, path) of each base a run's model config names as a folder of this machine that is not there."""
+    recorded = dict(_strings(model_cfg))
+    missing = []
+    for key in override_keys(model_cfg):
+        value = recorded[key]
+        if (os.path.isabs(value) or value.startswith(("./", "../", "~"))) and not Path(value).expanduser().exists():
+            missing.append((key, value))
+    return missing
+
+
+def parse_base_overrides(arguments: list[str]) -> dict[str, str]:
+    """`model.<key>=<path>` arguments (the spelling every job takes) as {key: path}; anything else is refused."""
+    overrides = {}
+    for argument in arguments:
+        key, sep, value = argument.partition("=")
+        if not (sep and key.startswith("model.") and value):
+            raise ValueError(f"{argument!r}: a base is given as model.<key>=<local copy>, e.g. model.text.name_or_path=/models/my-bert")
+        overrides[key.removeprefix("model.")] = value
+    return overrides
 
 
 def absolute_paths(config: Any, where: str = "") -> list[str]:

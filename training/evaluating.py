@@ -19,12 +19,14 @@ from training.predicting import write_predictions
 from training.scored_splits import ScoredSplit
 
 
-def model_loaders(ckpt: Path, sharded: bool = False) -> list[tuple[str, Callable[[], Any]]]:
+def model_loaders(ckpt: Path, sharded: bool = False, bases: Mapping[str, str | None] | None = None) -> list[tuple[str, Callable[[], Any]]]:
     """(name, loader) for a run dir, a .ckpt, an exported culture folder, or every run under a folder. Loaders build
     one model each when called, so a folder of runs is scored one model at a time (peak memory: one model).
 
     `sharded` (scoring under ZeRO-3): a run's or checkpoint's model is left for Lightning to build in partitions, its
-    weights read now and put in then; an exported culture is loaded whole and partitioned when DeepSpeed starts."""
+    weights read now and put in then; an exported culture is loaded whole and partitioned when DeepSpeed starts.
+    `bases`: `model.<key>=<local copy>` overrides for a base this machine holds elsewhere than the run or export names."""
+    command = f"python evaluate.py ckpt={ckpt}"
     from models.module import MemeClassifier
     from training.artifacts import load_culture
 
@@ -33,21 +35,21 @@ def model_loaders(ckpt: Path, sharded: bool = False) -> list[tuple[str, Callable
             return [(ckpt.stem, lambda: _restored_when_built(*MemeClassifier.unbuilt_from_checkpoint(ckpt)))]
         return [(ckpt.stem, lambda: MemeClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval())]
     if (ckpt / "culture_card.json").is_file():
-        return [(ckpt.name, lambda: load_culture(ckpt)[0])]
+        return [(ckpt.name, lambda: load_culture(ckpt, bases, command)[0])]
     if (ckpt / "metrics.json").is_file():
-        return [(ckpt.name, lambda: _run_model(ckpt, sharded))]
+        return [(ckpt.name, lambda: _run_model(ckpt, sharded, bases, command))]
     runs = sorted(p.parent for p in ckpt.rglob("metrics.json"))
     if not runs:
         raise FileNotFoundError(f"{ckpt}: no run (metrics.json), checkpoint or exported culture folder")
-    return [(str(run.relative_to(ckpt)), functools.partial(_run_model, run, sharded)) for run in runs]
+    return [(str(run.relative_to(ckpt)), functools.partial(_run_model, run, sharded, bases, command)) for run in runs]
 
 
-def _run_model(run: Path, sharded: bool) -> Any:
+def _run_model(run: Path, sharded: bool, bases: Mapping[str, str | None] | None = None, command: str | None = None) -> Any:
     """A run's selected weights; a run that classifies by retrieval gets its database: the run's training memes under
     those weights (its training folds only), as the run's own test stage scored with."""
     from training.artifacts import run_model
 
-    model, info = run_model(run, sharded=sharded)
+    model, info = run_model(run, sharded=sharded, bases=bases, command=command)
     if getattr(model, "classify", "head") == "retrieval":
         if sharded:
             raise ValueError(f"{run} classifies by retrieval: score it without ZeRO-3, or export it (export.py kind=retrieval)")

@@ -20,6 +20,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from datamodules.selection_rules import RULES
+from evaluation.thresholds import threshold_on_selection
 from models.sharding import is_zero3, parameter_counts
 from training.callbacks.interruption import Interrupted, InterruptionCheckpoint
 from training.callbacks.rng_states import RngStates
@@ -27,6 +28,7 @@ from training.console import configure_console
 from training.consolidate import restore_weights, zero_state_dict
 from training.finished_run import finished_run_checkpoints
 from training.report import print_table
+from training.resolvers import run_variants, task_overrides
 from training.run_environment import run_environment
 from training.run_status import RunStatus, command_line
 from training.runs import copy_manifest, nest, save_config, write_metrics
@@ -150,7 +152,8 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
         description = f"final weights after the configured schedule, no checkpoint selected ({final_weights_why})"
 
     metrics = {
-        "experiment": cfg.name,
+        "experiment": cfg.label,
+        "variants": run_variants(cfg, task_overrides(cfg)),
         "fold": cfg.get("fold"),
         "num_folds": cfg.get("num_folds") if cfg.get("fold") is not None else None,
         "seed": cfg.seed,
@@ -177,34 +180,13 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
             metrics["transfer"] = {transfer.dataset: score_transfer(transfer, run_dir, metrics, model, scored_weights, sharded, device)}
             write_metrics(run_dir, metrics)
         if cfg.get("print_table", True):
-            print_table(metrics, f"{cfg.name} (fold {cfg.get('fold')})", f"Selection: {rule} — {description}")
+            print_table(metrics, f"{cfg.label} (fold {cfg.get('fold')})", f"Selection: {rule} — {description}")
             if transfer is not None:
                 from training.eval_data import print_transfer
 
                 print_transfer(metrics["transfer"][transfer.dataset], transfer.options.reference)
             print(f"Run directory: {run_dir}")
     return metrics
-
-
-def threshold_on_selection(predictions: Path) -> dict[str, Any] | None:
-    """Per binary head, macro-F1 and accuracy on the test stage at the threshold that maximised macro-F1 on the
-    validation stage (the selection split, never the held-out memes: evaluation/thresholds.py); None without both."""
-    from evaluation.alignment import read_predictions
-    from evaluation.thresholds import selection_threshold_scores
-
-    val, test = predictions / "val.csv", predictions / "test.csv"
-    if not (val.is_file() and test.is_file()):
-        return None
-    per_head = selection_threshold_scores(read_predictions(val), read_predictions(test))
-    if not per_head:
-        return None
-    names = next(iter(per_head.values())).keys()
-    mean = {name: sum(scores[name] for scores in per_head.values()) / len(per_head) for name in names if name != "val_threshold"}
-    return {
-        "rule": "threshold maximising macro-F1 on the validation (selection) split, applied once to the test stage",
-        "heads": per_head,
-        "mean": mean,
-    }
 
 
 def _best_checkpoint(trainer: L.Trainer) -> str | None:

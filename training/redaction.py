@@ -17,6 +17,8 @@ redacting the command line before Hydra parses it would hand the run `***` inste
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import sys
 from collections.abc import Iterable
@@ -45,6 +47,8 @@ CREDENTIAL_ENDINGS = (
     "cookie",
     "pwd",
 )
+# ... or is one of these whole words (signed URLs: `?sig=`, `X-Amz-Signature=`, Azure's `sas`)
+SECRET_WORDS = frozenset({"sig", "signature", "sas"})
 # ... or is `key` right after one of these words (or run together with it: `apikey`, `privatekey`).
 KEY_QUALIFIERS = frozenset({"api", "private", "access", "secret", "signing", "ssh", "encryption", "client", "session", "license"})
 # A last `key` after one of these words is an ordinary key (`sort_key`, `exclude_keys`), not a credential.
@@ -57,7 +61,15 @@ WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 OVERRIDE = re.compile(r"^(?P<key>[+~]{0,2}[\w.@/-]+)=(?P<value>.*)$", re.DOTALL)
 URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]+@")
 QUERY_PARAMETER = re.compile(r"(?P<lead>[?&])(?P<name>[^=&#\s]+)=(?P<value>[^&#\s]*)")
-MAPPING_ENTRY = re.compile(r"""(?P<name>[\w.-]+)(?P<sep>\s*:\s*)(?P<value>'[^']*'|"[^"]*"|[^,\]}]+)""")
+# a value stops at a brace, so the keys of a nested mapping (`{init: {settings: {x-api-key: S}}}`) are each looked at
+MAPPING_ENTRY = re.compile(r"""(?P<name>[\w.-]+)(?P<sep>\s*:\s*)(?P<value>'[^']*'|"[^"]*"|[^,\]{}]+)""")
+# `KEY=value` inside a string: a list item (`env_vars=["WANDB_API_KEY=S"]`), a shell line (`export WANDB_API_KEY=S`)
+ASSIGNMENT = re.compile(r"""(?P<lead>^|[\s\["',{;])(?P<name>[A-Za-z_][\w.-]*)=(?P<value>[^\s,;&'"\]}]+)""")
+# `user:secret@host` without a scheme (scp, rsync, git remotes)
+BARE_CREDENTIALS = re.compile(
+    r"(?<![\w/:@.-])(?P<user>[A-Za-z0-9._-]+):(?P<secret>[^\s@/:'\"]+)@(?P<host>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)"
+)
+MIN_ENV_SECRET = 8  # shorter environment values (`1`, `true`, `offline`) would blank ordinary words
 
 
 def key_words(name: str) -> list[str]:
@@ -67,7 +79,7 @@ def key_words(name: str) -> list[str]:
 
 def is_secret_key(name: Any) -> bool:
     words = key_words(str(name))
-    if any(word.endswith(CREDENTIAL_ENDINGS) for word in words):
+    if any(word.endswith(CREDENTIAL_ENDINGS) or word in SECRET_WORDS for word in words):
         return True
     if any(word in {f"{q}key" for q in KEY_QUALIFIERS} | {f"{q}keys" for q in KEY_QUALIFIERS} for word in words):
         return True
@@ -76,10 +88,22 @@ def is_secret_key(name: Any) -> bool:
     return bool(words) and words[-1] in ("key", "keys") and (len(words) == 1 or words[-2] not in ORDINARY_KEY_QUALIFIERS)
 
 
+def secret_environment_values() -> list[str]:
+    """Values of this process's secret-named environment variables (`HF_TOKEN`, `WANDB_API_KEY` …), longest first:
+    a config that read one (`${oc.env:TOKEN}`) holds it resolved under an ordinary key."""
+    values = {v for k, v in os.environ.items() if is_secret_key(k) and len(v) >= MIN_ENV_SECRET and v != REDACTED}
+    return sorted(values, key=len, reverse=True)
+
+
 def redact_text(text: str) -> str:
-    """A string without the credentials a URL can carry: `https://user:pw@host` → `https://***@host`,
-    `?token=abc` → `?token=***`."""
+    """A string without the credentials it can carry: `https://user:pw@host` → `https://***@host`, `user:pw@host` →
+    `user:***@host`, `?token=abc` or `?sig=abc` → `?token=***`, `export API_KEY=abc` → `export API_KEY=***`, and
+    the value of any secret-named environment variable → `***`."""
+    for value in secret_environment_values():
+        text = text.replace(value, REDACTED)
     text = URL_CREDENTIALS.sub(rf"\g<scheme>{REDACTED}@", text)
+    text = BARE_CREDENTIALS.sub(rf"\g<user>:{REDACTED}@\g<host>", text)
+    text = ASSIGNMENT.sub(lambda m: f"{m['lead']}{m['name']}={REDACTED}" if is_secret_key(m["name"]) else m[0], text)
     return QUERY_PARAMETER.sub(lambda m: f"{m['lead']}{m['name']}={REDACTED}" if is_secret_key(m["name"]) else m[0], text)
 
 
@@ -151,6 +175,23 @@ def secret_overrides(lines: Iterable[str], kv_sep: str = "=") -> dict[str, str]:
     return found
 
 
+# Where Hydra's launchers print each job's overrides (`#0 : model=text +wandb_key=…`), under SLURM into slurm-*.out
+LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_submitit_launcher.submitit_launcher")
+
+
+class RedactedRecords(logging.Filter):
+    """Rewrites a log record's text with the secret overrides replaced and `redact_text` applied."""
+
+    def __init__(self, replacements: dict[str, str]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = _replace(record.getMessage(), self.replacements)
+        record.msg, record.args = redact_text(text), ()
+        return True
+
+
 class RedactSecrets(Callback):
     """Hydra callback (configs/hydra/default.yaml): Hydra saves `.hydra/{config,hydra,overrides}.yaml`
     just before `on_job_start`, and a sweep's `multirun.yaml` after `on_multirun_start`; they are
@@ -167,6 +208,10 @@ class RedactSecrets(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._remember(config)
+        for name in LAUNCHER_LOGGERS:  # the launcher prints each job's overrides before the job starts
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, RedactedRecords) for f in logger.filters):
+                logger.addFilter(RedactedRecords(self.replacements))
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._remember(config)

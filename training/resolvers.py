@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import netrc
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,45 @@ def run_name(*, _root_) -> str:
             raise ValueError("`name` is derived from Hydra's group choices, which this config was composed without: set name=<name>")
         choices = HydraConfig.get().runtime.choices
     return "_".join(str(choices[group]).replace("/", "-") for group in ("data", "model"))
+
+
+# What changes the meaning of a run's numbers without changing its data or model group: each becomes a part of the
+# run's label (`<name>-<part>…`), so run folders, W&B groups, metrics.json, cv_report and Table 11 say what ran.
+def run_variants(cfg: Any, overrides: list[str]) -> list[str]:
+    """The label parts of a composed config: the scoring mode (`retrieval`), `rgcl`, an ablation (`no_image`) and,
+    when an override changed `data.heads`, the heads kept (`heads_US_DE`)."""
+    parts = []
+    classify = OmegaConf.select(cfg, "model.classify", default=None)
+    if classify not in (None, "head"):
+        parts.append(str(classify))
+    if OmegaConf.select(cfg, "model.rgcl", default=None) is not None:
+        parts.append("rgcl")
+    ablate = OmegaConf.select(cfg, "data.ablate", default=None)
+    if ablate not in (None, ""):
+        parts.append(f"no_{ablate}")
+    if any(o.lstrip("+~").startswith("data.heads") for o in overrides):
+        heads = OmegaConf.select(cfg, "data.heads", default=None) or {}
+        parts.append("heads_" + "_".join(str(h) for h in heads))
+    return parts
+
+
+def task_overrides(cfg: Any) -> list[str]:
+    """The command line's overrides: from the config's `hydra` node while composing, else from the running job."""
+    overrides = OmegaConf.select(cfg, "hydra.overrides.task", default=None)
+    if overrides is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    return [str(o) for o in overrides]
+
+
+def run_label(name: str, *, _root_) -> str:
+    """`name`, then each variant part the name does not already say (`hm_rgcl` stays `hm_rgcl`; a fold run of one
+    culture, `…-FT-US`, needs no `heads_US`): `multi3hate_text-retrieval`, `synthetic_concat-no_image`."""
+    overrides = task_overrides(_root_)
+    words = set(re.split(r"[-_]", str(name)))
+    parts = [p for p in run_variants(_root_, list(overrides)) if not set(re.split(r"[-_]", p.removeprefix("heads_"))) <= words]
+    return "-".join([str(name), *parts])
 
 
 def multirun_name(*, _root_) -> str:
@@ -195,6 +235,7 @@ def register() -> None:
     for name, fn in {
         "run_id": run_id,
         "run_name": run_name,
+        "run_label": run_label,
         "run_folder": run_folder,
         "multirun_name": multirun_name,
         "cv_group": cv_group,

@@ -26,11 +26,13 @@ import torch
 from hydra.utils import instantiate
 
 from datamodules.cache_files import save_weights, write_file
+from datamodules.near_duplicates import IMAGE_BITS, NearDuplicates, content_key
 from datamodules.paths import OutsideRoot, ensure_within
-from datamodules.shards import sha256_file
+from datamodules.shards import sha256_file, write_json_atomic
 from models.retrieval.bank import Bank
 from models.retrieval.settings import RetrievalSettings
 from models.trusted_targets import DATA_ROOT, DATA_TARGETS, check_trusted
+from training.bases import parse_base_overrides
 from training.user_errors import UserError
 
 DB_FILE = "retrieval_db.safetensors"
@@ -83,15 +85,28 @@ def labelled(embeddings: torch.Tensor, labels: torch.Tensor, ids: list[str]) -> 
     return Database(embeddings[keep].float().contiguous(), labels[keep].to(torch.int8), kept_ids), int((~keep).sum())
 
 
-def run_training_bank(run_dir: Path, config: dict[str, Any], model: Any) -> Bank:
-    """The run's training memes (its training folds only: the data module's bank loader, the one RGCL mines from)
-    with every head's labels, embedded by `model`'s weights in Lightning's predict loop. The run's data config is
-    checked before it is built."""
+def _run_datamodule(run_dir: Path, config: dict[str, Any], model: Any) -> Any:
+    """The run's data module, its data config checked before it is built, reading the shards the run trained on.
+
+    Read only: the run's config.yaml may come from someone else, so the folders it names are never written (no
+    conversion, no lock file, no fold assignment added); shards that are not there stop the job naming them."""
     data = config.get("data")
     check_trusted(data, run_dir / "config.yaml", root=DATA_ROOT, targets=DATA_TARGETS)
     datamodule = instantiate(data, _recursive_=True)
     datamodule.connect(model.preprocessor)
-    datamodule.prepare_data()
+    dataset = datamodule.dataset_dir
+    if not isinstance(dataset, str) and not (Path(dataset) / "manifest.json").is_file():
+        raise DatabaseError(
+            f"{run_dir}: the shards its training memes are read from ({dataset}, from its config.yaml) are not on this machine",
+            "run this where the run trained, or convert its dataset there first (python prepare.py with the run's data settings)",
+        )
+    return datamodule
+
+
+def run_training_bank(run_dir: Path, config: dict[str, Any], model: Any) -> Bank:
+    """The run's training memes (its training folds only: the data module's bank loader, the one RGCL mines from)
+    with every head's labels, embedded by `model`'s weights in Lightning's predict loop."""
+    datamodule = _run_datamodule(run_dir, config, model)
     datamodule.setup("fit")
     # one device of this machine (a GPU when it has one): export.py is one process
     trainer = L.Trainer(
@@ -258,8 +273,42 @@ def unseen_by_the_run(folder: Path, card: dict[str, Any], records: list[dict[str
     return unseen
 
 
+UNSEEN_FILE = "unseen_memes.json"  # content keys of the memes the run held out or selected on (datamodules/near_duplicates.py)
+
+
+def unseen_content(run_dir: Path, config: dict[str, Any], model: Any, export: Path, card: dict[str, Any]) -> dict[str, Any]:
+    """Write the content keys of the memes the exported run held out or chose its weights on into the export, so that
+    `add` recognises them under any id (re-encoded, resized, re-cased); the card's summary of them."""
+    from datamodules.predict_inputs import read_inputs
+
+    dataset = _run_datamodule(run_dir, config, model).dataset_dir
+    records = list(read_inputs(dataset))
+    unseen = set(unseen_by_the_run(export, card, records, str(dataset)))
+    keys = NearDuplicates(content_key(r) for r in records if r["id"] in unseen)
+    write_json_atomic(export / UNSEEN_FILE, keys.to_json())
+    return {"file": UNSEEN_FILE, "memes": len(keys), "match": f"same normalised text and image dHash within {IMAGE_BITS} of 256 bits"}
+
+
+def _unseen_keys(folder: Path, card: dict[str, Any]) -> NearDuplicates:
+    path = folder / UNSEEN_FILE
+    if not (card.get("retrieval") or {}).get("unseen"):
+        return NearDuplicates([])  # an export written before content keys: ids are all it can check
+    if path.is_symlink() or not path.is_file():
+        raise DatabaseError(f"{path} is missing (the card lists it): the export is incomplete", REBUILD)
+    try:
+        return NearDuplicates.from_json(json.loads(path.read_text()), str(path))
+    except ValueError as error:
+        raise DatabaseError(str(error), REBUILD) from None
+
+
 def add(
-    folder: Path, shards: str, splits: list[str] | None, skip_existing: bool, batch_size: int = 32, allow_held_out: bool = False
+    folder: Path,
+    shards: str,
+    splits: list[str] | None,
+    skip_existing: bool,
+    batch_size: int = 32,
+    allow_held_out: bool = False,
+    bases: dict[str, str] | None = None,
 ) -> dict[str, int]:
     """Embed the shards' memes that carry the culture's label and append them to the folder's database. Their ids are
     checked before anything is embedded or written; memes the adapter's run held out or selected on are refused unless
@@ -268,7 +317,7 @@ def add(
     from training.artifacts import load_culture
     from training.scoring import predict_in_order, single_device_trainer
 
-    model, card = load_culture(folder)
+    model, card = load_culture(folder, bases, command=f"python -m training.retrieval_db add {folder} {shards}")
     if card.get("kind") != "retrieval":
         raise DatabaseError(
             f"{folder} is a {card.get('kind', 'head')} export; memes are added to retrieval adapters (export.py kind=retrieval)"
@@ -278,11 +327,15 @@ def add(
     records = list(read_inputs(shards, splits))
     with_label = [r for r in records if (r.get("labels") or {}).get(culture) in (0, 1)]
     check_ids([r["id"] for r in with_label], f"{shards}")  # what every later load requires, before anything is written
-    unseen = unseen_by_the_run(folder, card, with_label, shards)
+    by_id = set(unseen_by_the_run(folder, card, with_label, shards))
+    keys = _unseen_keys(folder, card)
+    by_content = {r["id"] for r in with_label if r["id"] not in by_id and keys.matches(content_key(r))} if len(keys) else set()
+    unseen = [r["id"] for r in with_label if r["id"] in by_id | by_content]
     if unseen and not allow_held_out:
         raise DatabaseError(
             f"{shards}: {len(unseen)} of these memes were held out or chosen on by the run {folder} was exported from "
-            f"(e.g. {unseen[:3]}): as neighbours they would score themselves",
+            f"({len(by_id)} by id, {len(by_content)} copies under other ids by content; e.g. {unseen[:3]}): as neighbours "
+            "they would score themselves",
             "add other memes, or pass --allow-held-out to add them knowingly (scores on them are then not held-out scores)",
         )
     known = set(current.ids)
@@ -312,7 +365,8 @@ def add(
                 {"from": str(shards), "memes": len(new), "held_out_or_selection_memes": counts["held_out_added"]},
             ],
         }
-        (folder / "culture_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
+        # through a fresh temporary file and a rename: a link planted at the card's name is replaced, never written through
+        write_json_atomic(folder / "culture_card.json", json.loads(json.dumps(card, default=str)))
     return counts
 
 
@@ -321,15 +375,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["add"], help="add: labelled memes into a retrieval adapter's database, without retraining")
     parser.add_argument("adapter", type=Path, help="an exported retrieval culture folder (export.py kind=retrieval)")
     parser.add_argument("shards", help="a shard directory written by crossmod (its memes' labels for the adapter's culture)")
+    parser.add_argument(
+        "bases",
+        nargs="*",
+        metavar="model.<key>=<path>",
+        help="a base this machine holds elsewhere than the adapter names (as every job takes it)",
+    )
     parser.add_argument("--splits", nargs="*", default=None, help="the shard directory's splits to read (default: all)")
     parser.add_argument("--skip-existing", action="store_true", help="leave out memes already in the database (default: refuse)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--allow-held-out", action="store_true", help="add memes the adapter's run held out or selected on (default: refuse them)"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # bases may follow the options
     try:
-        counts = add(args.adapter, args.shards, args.splits, args.skip_existing, args.batch_size, args.allow_held_out)
+        given = [*args.bases, *(s for s in args.splits or [] if s.startswith("model."))]  # after --splits, still a base
+        splits = [s for s in args.splits or [] if not s.startswith("model.")] or (None if args.splits is None else [])
+        bases = parse_base_overrides(given)
+        counts = add(args.adapter, args.shards, splits, args.skip_existing, args.batch_size, args.allow_held_out, bases)
     except (DatabaseError, ValueError, FileNotFoundError) as error:
         print(f"[retrieval_db] error: {error}", file=sys.stderr)
         return 1

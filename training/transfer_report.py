@@ -64,6 +64,7 @@ def transfer_report(experiments: FoldResults, root: Path, out: Path) -> dict[str
     transfer_heatmap(table, "acc", diagonal, out / "culture_transfer.png", "Accuracy by culture labels (held-out folds)")
     payload = {
         "table": table,
+        "majority": transfer["majority"],
         "diagonal": diagonal,
         "folds": transfer["folds"],
         "zeroshot_answers": str(zeroshot[-1]) if zeroshot else None,

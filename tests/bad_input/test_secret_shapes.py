@@ -16,11 +16,23 @@ SHAPES = {
     "+wandb_key=wkey-5ecret-31c9d7": "wkey-5ecret-31c9d7",
     "+pwd=pwd-5ecret-a0b4e6": "pwd-5ecret-a0b4e6",
     "+mirror=https://alice:url-5ecret-77d2c1@data.example.org/ds": "url-5ecret-77d2c1",
+    # the third pass's shapes: nested keys, KEY=value list items and shell lines, signed URLs, credentials without a
+    # scheme, and a value read from the environment (stored resolved in config.yaml)
+    "+wb_extra={init: {settings: {x-api-key: deep-5ecret-11aa22}}}": "deep-5ecret-11aa22",
+    '+env_vars=["WANDB_API_KEY=envlist-5ecret-33bb44"]': "envlist-5ecret-33bb44",
+    '+launcher_setup=["export WANDB_API_KEY=export-5ecret-55cc66"]': "export-5ecret-55cc66",
+    "+signed='https://bucket.example.org/x?sig=sig-5ecret-77dd88&se=2026'": "sig-5ecret-77dd88",  # quoted: `=` inside
+    "+amz='https://s3.example.org/x?X-Amz-Signature=amz-5ecret-99ee00&X-Amz-Date=1'": "amz-5ecret-99ee00",
+    "+scp_source=alice:noscheme-5ecret-12ab34@host.example.org:/data": "noscheme-5ecret-12ab34",
+    "+resolved=${oc.env:CROSSMOD_TEST_TOKEN}": "envres-5ecret-56cd78",
 }
+ENVIRONMENT = {"CROSSMOD_RUN_ID": "shapes", "CROSSMOD_TEST_TOKEN": "envres-5ecret-56cd78"}
 
 
 def test_a_sweep_with_secrets_in_every_shape_leaves_none_in_any_file(train_run):
-    train_run("-m", "debug=fdr", "data.source.num_groups=40", "data.samples_per_shard=64", *SHAPES, env={"CROSSMOD_RUN_ID": "shapes"})
+    result = train_run("-m", "debug=fdr", "data.source.num_groups=40", "data.samples_per_shard=64", *SHAPES, env=ENVIRONMENT)
+    console = result.stdout + result.stderr  # the launcher's `#0 : <overrides>` line included (slurm-*.out under SLURM)
+    assert "#0 : " in console and [s for s in SHAPES.values() if s in console] == []
     sweep = train_run.log_dir / "synthetic_concat" / "multiruns" / "shapes"
     (job,) = [p for p in sweep.iterdir() if p.is_dir()]
     for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
@@ -33,6 +45,9 @@ def test_a_sweep_with_secrets_in_every_shape_leaves_none_in_any_file(train_run):
     )  # a sweep job gets Hydra's spelling and "+mirror=https://***@data.example.org/ds" in overrides
     saved = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
     assert saved["creds"] == {"api_key": "***", "user": "alice"} and saved["mirror"] == "https://***@data.example.org/ds"
+    assert saved["wb_extra"] == {"init": {"settings": {"x-api-key": "***"}}} and saved["env_vars"] == ["WANDB_API_KEY=***"]
+    resolved = yaml.safe_load((job / "config.yaml").read_text())  # crossmod's, resolved
+    assert resolved["resolved"] == "***" and resolved["amz"] == "https://s3.example.org/x?X-Amz-Signature=***&X-Amz-Date=1"
 
 
 @pytest.mark.parametrize("key", ["wandb_key", "openai_key", "pwd", "db_pwd", "HF_KEY", "key"])

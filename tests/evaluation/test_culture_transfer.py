@@ -45,16 +45,17 @@ def test_table_mean_and_sample_std_over_folds():
     assert us["auroc_mean"] == pytest.approx(0.5)  # 1.0 and 0.0
     assert math.isnan(de["auroc_mean"]) and math.isnan(de["auroc_std"])  # one class in each fold: undefined, not 0
     text = transfer_markdown(table, "acc", {"FT-US": "US"})
-    assert "**<u>50.0 ± 70.7</u>**" in text and "| FT-US |" in text and "—" in transfer_markdown(table, "auroc", {})
+    assert "<u>50.0 ± 70.7</u>†" in text and "| FT-US |" in text and "—" in transfer_markdown(table, "auroc", {})
 
 
-def test_rows_tied_at_a_column_best_are_all_bold():
+def test_rows_tied_at_a_column_best_are_all_marked_best():
     labels = [{"US": {"x": 1, "y": 0}}, {"US": {"z": 1, "w": 0}}]
     right = [[Answers({"x": 0.9, "y": 0.1}, {"x": 1, "y": 0})], [Answers({"z": 0.9, "w": 0.1}, {"z": 1, "w": 0})]]
     wrong = [[Answers({"x": 0.1, "y": 0.9}, {"x": 0, "y": 1})], [Answers({"z": 0.1, "w": 0.9}, {"z": 0, "w": 1})]]
     table = transfer_table({"A": {"US": right}, "B": {"US": right}, "C": {"US": wrong}}, labels)
     rows = transfer_markdown(table, "acc", {}).splitlines()[2:]
-    assert [("**" in r) for r in rows] == [True, True, False]
+    assert [("†" in r) for r in rows] == [True, True, False]
+    assert "*" not in transfer_markdown(table, "acc", {})  # `*` means a passed significance test, and none ran
 
 
 def test_zero_shot_answers_are_split_by_the_held_out_folds_prompt_by_prompt():
@@ -95,6 +96,31 @@ def test_fold_results_become_table_11_rows_with_their_own_culture_on_the_diagona
     text = transfer_document(transfer)
     assert "mean ± sample std over 2 held-out folds; decisions at P(hate) ≥ 0.5" in text
     assert "- **problem**: other: its folds hold out" in text and "## AUROC" in text
+    # majority class, by hand: US folds 1 0 | 1 0 → 50 %, 50 %; DE folds 0 0 | 1 1 → 100 %, 100 %
+    assert transfer["majority"]["US"]["mean"] == pytest.approx(0.5) and transfer["majority"]["DE"]["mean"] == pytest.approx(1.0)
+    assert "| *majority class* | 50.0 ± 0.0 | 100.0 ± 0.0 |" in text
+    # no fold recorded a selection threshold: no macro-F1 for the fine-tuned rows (never one at 0.5 under that name)
+    assert math.isnan(transfer["table"]["FT-US"]["US"]["macro_f1_mean"])
+    # zero-shot's own answers by US labels: fold 0 a=1 b=1 vs 1 0 → F1(1)=2/3, F1(0)=0 → 1/3; fold 1 c invalid, d=1 vs
+    # 1 0 → F1(1)=0 (one false positive, one miss), F1(0)=0 → 0
+    assert transfer["table"]["zero-shot"]["US"]["macro_f1_mean"] == pytest.approx(1 / 6)
+
+
+def test_fine_tuned_rows_decide_at_the_threshold_their_selection_split_chose():
+    def chose(result: dict, threshold: float) -> dict:
+        return {**result, "selection_threshold": {"heads": {"US": {"val_threshold": threshold}}}}
+
+    us = {
+        0: chose(_fold_result("US", {"a": 0.9, "b": 0.2}, LABELS[0]), 0.95),
+        1: chose(_fold_result("US", {"c": 0.6, "d": 0.7}, LABELS[1]), 0.65),
+    }
+    cell = fold_transfer({"x-FT-US": us})["table"]["FT-US"]
+    # fold 0 at .95: a=0 b=0 vs US 1 0 → F1(0)=2/3, F1(1)=0 → 1/3; fold 1 at .65: c=0 d=1 vs US 1 0 → 0
+    assert cell["US"]["macro_f1_mean"] == pytest.approx(1 / 6)
+    # the same decisions judged by DE labels (0 0 | 1 1): fold 0 → F1(0)=1, F1(1)=0 (no DE positives: zero_division)
+    # → 1/2; fold 1 c=0 d=1 vs 1 1 → F1(1)=2/3, F1(0)=0 → 1/3
+    assert cell["DE"]["macro_f1_mean"] == pytest.approx((1 / 2 + 1 / 3) / 2)
+    assert cell["US"]["acc_mean"] == pytest.approx(0.75)  # accuracy stays at 0.5, as the study reports it
 
 
 def test_nothing_to_compare_gives_no_table():

@@ -9,8 +9,8 @@ import pytest
 from evaluation.cv_summary import check_folds, check_rules, cv_markdown, pool_out_of_fold, summarise
 
 
-def _scores(auroc: float, acc: float = 0.5, f1: float = 0.4) -> dict[str, float]:
-    return {"auroc": auroc, "acc": acc, "f1": f1}
+def _scores(auroc: float, acc: float = 0.5, f1: float = 0.4, majority: float = 0.6) -> dict[str, float]:
+    return {"auroc": auroc, "acc": acc, "f1": f1, "majority": majority}
 
 
 def _fold(fold: int, rule: str | None, auroc: float, oof: dict[str, tuple[float, int, int]], selection: float | None = None) -> dict:
@@ -57,8 +57,27 @@ def test_mean_sample_std_and_pooled_out_of_fold_auroc_by_hand():
 
     text = cv_markdown("x", [1, 0], [], summary)
     assert "Folds used: [0, 1]; out-of-fold samples: 6." in text and "Selection rule: **last**" in text
-    assert "| US | 0.700 ± 0.141 | 0.500 ± 0.000 | 0.400 ± 0.000 | 0.667 |" in text
-    assert "| head \\ labels | US | DE |" in text and "| US | 0.667* | 0.444 |" in text
+    # acc beside the majority-class rate; no selection split recorded a threshold: its column says so
+    assert "| US | 0.700 ± 0.141 | 0.500 ± 0.000 | 0.600 ± 0.000 | 0.400 ± 0.000 | — | 0.667 |" in text
+    assert "| head \\ labels | US | DE |" in text and "| US | 0.667† | 0.444 |" in text  # † best; * only for a test
+    assert "*" not in text.split("Alignment")[1]
+
+
+def test_macro_f1_at_the_selection_threshold_is_averaged_over_folds():
+    def at_threshold(f1: float) -> dict:
+        scores = {"val_threshold": 0.3, "macro_f1_at_val_threshold": f1, "acc_at_val_threshold": 0.5}
+        return {"rule": "…", "heads": {"US": scores}, "mean": {k: v for k, v in scores.items() if k != "val_threshold"}}
+
+    results = {0: _fold(0, "inner", 0.8, FOLD0, selection=0.7), 1: _fold(1, "inner", 0.6, FOLD1, selection=0.9)}
+    results[0]["selection_threshold"], results[1]["selection_threshold"] = at_threshold(0.8), at_threshold(0.6)
+    summary = summarise(results, pool_out_of_fold(results))
+    metrics = summary["metrics"]
+    assert metrics["cv/US/macro_f1_at_val_threshold_mean"] == pytest.approx(0.7)
+    assert metrics["cv/US/macro_f1_at_val_threshold_std"] == pytest.approx(math.sqrt(0.02))
+    assert "cv/US/val_threshold_mean" not in metrics  # a threshold is a choice, not a score
+    assert "| 0.700 ± 0.141 | 0.667 |" in cv_markdown("x", [0, 1], [], summary)
+    del results[1]["selection_threshold"]  # one fold without: no mean over the folds that have one
+    assert "cv/US/macro_f1_at_val_threshold_mean" not in summarise(results, pool_out_of_fold(results))["metrics"]
 
 
 def test_selection_scores_are_summarised_only_when_every_fold_has_them_and_shared_ids_are_listed():

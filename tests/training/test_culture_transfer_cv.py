@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sklearn.metrics import accuracy_score
+from sklearn.metrics import accuracy_score, f1_score
 
 from evaluation.culture_transfer import answers_by_fold
 from tests.conftest import SMALL_DATA
@@ -30,6 +30,7 @@ def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_p
         fold_runs = sorted((run_dir / f"FT-{culture}").glob("fold*"))
         assert len(fold_runs) == 2
         per_fold = {c: [] for c in ("US", "DE", "MX", "IN", "CN")}
+        f1_per_fold = {c: [] for c in per_fold}
         for fold_run in fold_runs:
             fold_result = json.loads((fold_run / "fold_result.json").read_text())
             assert fold_result["experiment"] == f"synthetic_concat-FT-{culture}"
@@ -39,9 +40,20 @@ def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_p
             for judge in per_fold:  # every culture's labels of the held-out memes, not only the trained one's
                 labelled = {i: v[judge] for i, v in fold_result["held_out_labels"].items() if v[judge] is not None}
                 per_fold[judge].append(accuracy_score(list(labelled.values()), [int(probs[i] >= 0.5) for i in labelled]))
+            # the threshold the fold chose on its selection split reaches the best macro-F1 any threshold gives there
+            threshold = fold_result["selection_threshold"]["heads"][culture]["val_threshold"]
+            val = list(csv.DictReader(open(fold_run / "predictions" / "val.csv")))
+            y, p = np.array([int(r["label"]) for r in val]), np.array([float(r["probability"]) for r in val])
+            best = max(f1_score(y, p >= t, average="macro") for t in [*np.unique(p), np.inf])
+            assert f1_score(y, p >= threshold, average="macro") == pytest.approx(best)
+            for judge in per_fold:  # and decides every culture's held-out memes at it
+                labelled = {i: v[judge] for i, v in fold_result["held_out_labels"].items() if v[judge] is not None}
+                decided = [int(probs[i] >= threshold) for i in labelled]
+                f1_per_fold[judge].append(f1_score(list(labelled.values()), decided, average="macro", labels=[0, 1], zero_division=0))
         for judge, values in per_fold.items():
             cell = table["table"][f"FT-{culture}"][judge]
             assert cell["acc_mean"] == pytest.approx(np.mean(values)) and cell["acc_std"] == pytest.approx(np.std(values, ddof=1))
+            assert cell["macro_f1_mean"] == pytest.approx(np.mean(f1_per_fold[judge]))
     summary = json.loads((run_dir / "cv_report" / "synthetic_concat-FT-US" / "cv_summary.json").read_text())
     assert set(summary["alignment"]["US"]) == {"US", "DE", "MX", "IN", "CN"}  # one head, judged by every culture
     assert summary["pooled_oof_auroc"]["US"] == summary["alignment"]["US"]["US"]
@@ -49,6 +61,8 @@ def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_p
     us_row = next(line for line in markdown.splitlines() if line.startswith("| FT-US |"))
     assert "<u>" in us_row.split("|")[2] and "<u>" not in us_row.split("|")[3]  # the row's own culture marked
     assert "| model | US | DE | MX | IN | CN |" in markdown
+    assert "| *majority class* |" in markdown and "## Macro-F1 at the selection split's threshold" in markdown
+    assert "*" not in us_row  # † marks the best; `*` would claim a significance test
     assert (run_dir / "cv_report" / "culture_transfer.png").stat().st_size > 0
 
 

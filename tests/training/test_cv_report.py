@@ -60,7 +60,7 @@ def test_three_fold_cross_validation_scores_each_held_out_fold_once_with_weights
     manifest = json.loads((fold_dirs[0] / "manifest.json").read_text())
     entry = next(e for e in manifest["folds"] if e["num_folds"] == 3)
     records = read_samples(train_run.data_dir / "shards" / f"{manifest['dataset']}-{fingerprint(manifest['params'])}", ["train"])
-    honest, held_out_selected, test_ids = [], [], []
+    honest, held_out_selected, test_ids, at_threshold = [], [], [], []
     for fold, run_dir in enumerate(fold_dirs):
         fold_result = json.loads((run_dir / "fold_result.json").read_text())
         metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -87,6 +87,9 @@ def test_three_fold_cross_validation_scores_each_held_out_fold_once_with_weights
         assert per_epoch[best_epoch] == pytest.approx(recomputed["mean"], abs=1e-4)
         honest.append(recomputed["mean"])
         held_out_selected.append(max(per_epoch))
+        # macro-F1 at the selection split's threshold: the fold file and metrics.json agree
+        assert fold_result["selection_threshold"] == metrics["selection_threshold"]
+        at_threshold.append(fold_result["selection_threshold"]["mean"]["macro_f1_at_val_threshold"])
     assert not (test_ids[0] & test_ids[1] or test_ids[0] & test_ids[2] or test_ids[1] & test_ids[2])
     assert sum(map(len, test_ids)) == manifest["counts"]["split"]["train"]
 
@@ -102,6 +105,9 @@ def test_three_fold_cross_validation_scores_each_held_out_fold_once_with_weights
     text = (out / "cv_report.md").read_text()
     assert "Selection rule: **inner**" in text and f"{sum(honest) / 3:.3f}" in text
     assert set(result["alignment"]) == set(HEADS)
+    assert result["metrics"]["cv/mean/macro_f1_at_val_threshold_mean"] == pytest.approx(sum(at_threshold) / 3)
+    assert "| head | AUROC | acc | majority | F1 | macro-F1 @ sel. thr. | pooled OOF AUROC |" in text
+    assert "—" not in text.split("| head | AUROC")[1].split("\n\n")[0]  # every fold had a selection split
 
 
 def test_fold_results_without_a_selection_rule_are_left_out(tmp_path):

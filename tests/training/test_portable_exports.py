@@ -19,9 +19,10 @@ import pytest
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.training.test_export_predict import _scores, _shard_dir
 from training.artifacts import load_culture
-from training.bases import BaseModelError, absolute_paths
+from training.bases import BaseModelError, absolute_paths, folder_sha256
 from training.resolvers import tiny_text_encoder
 
+DECLARED = "nreimers/MiniLM-L6-H384-uncased"
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # nothing may come from the hub instead
 
 
@@ -36,6 +37,10 @@ def moved(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     """The run (its base moved away after export) and its two exports, copied to a folder of their own."""
     root = tmp_path_factory.mktemp("portable")
     base = tiny_text_encoder(str(root / "machine" / "my-bert"))
+    # like the all-MiniLM-L6-v2 package folder, whose config names the model it was made from, not itself
+    config = json.loads((Path(base) / "config.json").read_text())
+    (Path(base) / "config.json").write_text(json.dumps({**config, "_name_or_path": DECLARED}))
+    sha256 = folder_sha256(Path(base))
     runner = TrainRun(data_dir, root / "runs")
     runner(*SMALL_DATA, "debug=limit", f"model.text.name_or_path={base}", env={"CROSSMOD_RUN_ID": "portable"})
     run = runner.log_dir / "synthetic_concat" / "runs" / "portable"
@@ -44,7 +49,7 @@ def moved(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         assert result.returncode == 0, result.stderr[-4000:]
     (root / "machine").rename(root / "moved")  # the training machine's base is gone from where it was
     copies = {name: Path(shutil.copytree(root / name / "MX", root / "elsewhere" / name)) for name in ("shipped", "named")}
-    return {"run": run, "base": root / "moved" / "my-bert", **copies}
+    return {"run": run, "base": root / "moved" / "my-bert", "sha256": sha256, "data_dir": data_dir, **copies}
 
 
 def _string_values(node: object) -> list[str]:
@@ -106,6 +111,48 @@ def test_unshipped_base_names_the_key_and_the_override_gives_it(moved, tmp_path)
     assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
     with pytest.raises(BaseModelError, match=r"model.name_or_path: .* names no base there \(its base keys: model.text.name_or_path\)"):
         load_culture(moved["named"], bases={"name_or_path": str(moved["base"])})
+
+
+def test_the_card_names_a_local_base_by_its_folder_and_content_never_by_a_guessed_hub_id(moved):
+    for name in ("shipped", "named"):
+        card = json.loads((moved[name] / "culture_card.json").read_text())
+        assert DECLARED not in json.dumps(card["base_model"]) and card["base_model"].endswith("my-bert")
+        (provenance,) = card["base_provenance"]
+        assert provenance["folder"] == "my-bert" and provenance["declares"] == DECLARED  # recorded as what it says it is
+        assert provenance["sha256"] == moved["sha256"] == folder_sha256(moved["base"])  # the moved copy is the same base
+        assert sorted(provenance["keys"]) == ["preprocessor.tokenizer", "text.name_or_path"]
+    assert folder_sha256(moved["shipped"] / "base" / "my-bert") == moved["sha256"]  # what was shipped is what trained
+
+
+def test_every_job_takes_the_same_base_override_and_names_its_own_command(moved, tmp_path):
+    """predict.py (above), evaluate.py, export.py and `retrieval_db add`: the base the run read is gone from where it
+    was; each job says so with its own command and `model.text.name_or_path=<local copy>`, and runs when given it."""
+    give = f"model.text.name_or_path={moved['base']}"
+    data = [f"paths.data_dir={moved['data_dir']}", *SMALL_DATA]
+    for job, command in (
+        (["evaluate.py", f"ckpt={moved['named']}", *data, f"out={tmp_path / 'report'}"], f"python evaluate.py ckpt={moved['named']}"),
+        (["export.py", f"run={moved['run']}", "culture=MX", "kind=retrieval", "ship_base_mb=0", f"out={tmp_path / 'export'}"],
+         f"python export.py run={moved['run']}"),
+    ):  # fmt: skip
+        failed = _run(*job)
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+        assert f"{command} model.text.name_or_path=<local copy>" in failed.stderr, failed.stderr[-3000:]
+        given = _run(*job, give)
+        assert given.returncode == 0, given.stderr[-3000:]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    (entry,) = report["runs"].values()
+    assert entry["metrics"]["MX"]["auroc"] == pytest.approx(
+        json.loads((moved["run"] / "metrics.json").read_text())["best"]["test"]["MX"]["auroc"], abs=1e-5
+    )
+    adapter, shards = tmp_path / "export" / "MX", _shard_dir(moved["run"])
+    add = [sys.executable, "-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test", "--allow-held-out"]
+    failed = subprocess.run(add, cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
+    assert (
+        failed.returncode == 1
+        and f"python -m training.retrieval_db add {adapter} {shards} model.text.name_or_path=<local copy>" in failed.stderr
+    )
+    given = subprocess.run([*add, give], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
+    assert given.returncode == 0 and " added" in given.stdout, given.stderr[-3000:]
 
 
 def _tamper(folder: Path, key: str, value: str) -> None:

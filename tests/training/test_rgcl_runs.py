@@ -22,6 +22,8 @@ import pytest
 from PIL import Image
 
 from datamodules.predict_inputs import read_inputs
+from datamodules.sample import Sample
+from datamodules.shards import write_shards
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.training.test_export_predict import _shard_dir
 from training.retrieval_db import IDS_FILE
@@ -40,7 +42,7 @@ def rgcl_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     root = tmp_path_factory.mktemp("rgcl")
     runner = TrainRun(data_dir, root / "runs")
     runner(*SMALL_DATA, *RGCL, "print_table=false", env={"CROSSMOD_RUN_ID": "rgcl"})
-    run = root / "runs" / "synthetic_concat" / "runs" / "rgcl"
+    run = root / "runs" / "synthetic_concat-retrieval-rgcl" / "runs" / "rgcl"  # the label names scoring mode and RGCL
     exported = _run("export.py", f"run={run}", "culture=US", "kind=retrieval", f"out={root / 'export'}")
     assert exported.returncode == 0, exported.stderr[-4000:]
     adapter = Path(shutil.move(root / "export" / "US", root / "elsewhere" / "US"))
@@ -67,6 +69,9 @@ def test_a_fold_run_trains_with_rgcl_and_scores_by_retrieval(rgcl_run):
     assert held_out and all(0.0 < p < 1.0 for p in held_out.values())  # sigmoid of a vote in [-1, 1]
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["best"]["test"]["mean"]["auroc"] == metrics["best"]["test"]["mean"]["auroc"]  # measured, not NaN
+    # the run's name says how it was trained and scored, wherever its numbers go
+    assert metrics["experiment"] == "synthetic_concat-retrieval-rgcl" and metrics["variants"] == ["retrieval", "rgcl"]
+    assert json.loads((run / "fold_result.json").read_text())["experiment"] == metrics["experiment"]
 
 
 def test_the_retrieval_database_of_a_fold_run_holds_its_training_memes_only(rgcl_run):
@@ -112,6 +117,19 @@ def test_evaluate_scores_a_retrieval_run_by_its_training_memes_as_its_test_stage
     held_out = _held_out(run)
     assert set(rows) == set(held_out)
     assert max(abs(float(rows[i]["US_probability"]) - p) for i, p in held_out.items()) < 1e-5
+
+
+def test_a_runs_config_cannot_choose_where_evaluate_writes(rgcl_run, data_dir, tmp_path):
+    """A shared retrieval run whose config.yaml points data.shard_root at someone's folder: evaluate.py reads the run's
+    training memes from there, never converts, locks or writes there; it stops naming the folder."""
+    run = Path(shutil.copytree(rgcl_run["run"], tmp_path / "shared" / "rgcl"))
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    config = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(config.replace("shard_root: ", f"shard_root: {victim} #", 1))
+    result = _run("evaluate.py", f"ckpt={run}", f"paths.data_dir={data_dir}", *SMALL_DATA, f"out={tmp_path / 'report'}")
+    assert result.returncode == 1 and "are not on this machine" in result.stderr and str(victim) in result.stderr, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and list(victim.iterdir()) == []
 
 
 def _near_duplicates(records: list[dict], folder: Path) -> Path:
@@ -180,6 +198,58 @@ def test_adding_the_runs_held_out_or_selection_memes_is_refused_unless_asked(rgc
     source = json.loads((adapter / "culture_card.json").read_text())["retrieval"]["sources"][-1]
     labelled_held_out = [r for r in read_inputs(shards, ["train"]) if r["id"] in held_out and r["labels"].get("US") in (0, 1)]
     assert source["held_out_or_selection_memes"] == len(labelled_held_out) > 0
+
+
+def _copies_under_new_ids(records: list[dict], out: Path, heads: dict) -> Path:
+    """The memes again as another dataset's shards: new ids, images enlarged and re-encoded as JPEG, texts re-cased and
+    re-spaced (what a re-upload collected elsewhere looks like)."""
+
+    def reencoded(image: bytes) -> bytes:
+        picture = Image.open(io.BytesIO(image)).convert("RGB")
+        picture = picture.resize((picture.width * 3 // 2, picture.height * 3 // 2))
+        buffer = io.BytesIO()
+        picture.save(buffer, "JPEG", quality=70)
+        return buffer.getvalue()
+
+    copies = [
+        Sample(
+            f"copy-{i}",
+            f"copy-{i}",
+            r["lang"],
+            "  " + r["text"].upper().replace(" ", "   ") + "!",
+            reencoded(r["image"]),
+            r["labels"],
+            "train",
+        )
+        for i, r in enumerate(records)
+    ]
+    write_shards(copies, out, dataset="elsewhere", heads=heads, params={"copied": True})
+    return out
+
+
+def test_copies_of_held_out_memes_under_other_ids_are_refused_by_content(rgcl_run, tmp_path):
+    """The export keeps content keys of the memes its run held out or selected on: copies under new ids, in another
+    dataset's shards, are refused like the originals; unrelated memes in the same shards are not the reason."""
+    adapter = Path(shutil.copytree(rgcl_run["adapter"], tmp_path / "US"))
+    card = json.loads((adapter / "culture_card.json").read_text())
+    shards = _shard_dir(rgcl_run["run"])
+    manifest = json.loads((shards / "manifest.json").read_text())
+    held_out = set(_held_out(rgcl_run["run"]))
+    train = [r for r in read_inputs(shards, ["train"]) if r["labels"].get("US") in (0, 1)]
+    assert card["retrieval"]["unseen"]["memes"] >= len(held_out & {r["id"] for r in train}) > 0
+    copied = [r for r in train if r["id"] in held_out][:5]
+    before = (adapter / "retrieval_db.safetensors").read_bytes()
+    refused = _run(
+        "-m", "training.retrieval_db", "add", str(adapter), str(_copies_under_new_ids(copied, tmp_path / "copies", manifest["heads"]))
+    )
+    assert refused.returncode == 1 and "5 copies under other ids by content" in refused.stderr, refused.stderr[-3000:]
+    assert (adapter / "retrieval_db.safetensors").read_bytes() == before
+    # memes the run trained on, copied the same way, are no held-out memes: added
+    trained = [r for r in train if r["id"] not in held_out][:5]
+    added = _run(
+        "-m", "training.retrieval_db", "add", str(adapter), str(_copies_under_new_ids(trained, tmp_path / "others", manifest["heads"]))
+    )
+    assert added.returncode == 0 and "5 added" in added.stdout, added.stderr[-3000:]
 
 
 def test_rgcl_settings_that_cannot_work_are_refused_naming_the_key(train_run):

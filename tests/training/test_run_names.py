@@ -42,6 +42,27 @@ def test_the_name_and_run_directory_follow_what_runs(overrides, name):
     assert cfg.hydra.run.dir.startswith(f"/logs/{name}/runs/")  # configs/hydra/default.yaml
 
 
+@pytest.mark.parametrize(
+    "overrides, label",
+    [
+        (("+model.classify=retrieval",), "synthetic_concat-retrieval"),  # scored by retrieval, not by the head
+        (("+model.rgcl={weight: 0.5}", "+model.classify=retrieval"), "synthetic_concat-retrieval-rgcl"),
+        (("data.ablate=image",), "synthetic_concat-no_image"),
+        (("data=multi3hate", "model=text", "data.ablate=text"), "multi3hate_text-no_text"),
+        (("~data.heads.CN", "~data.heads.IN"), "synthetic_concat-heads_US_DE_MX"),  # heads dropped by an override
+        (("experiment=hm_rgcl",), "hm_rgcl"),  # the name says RGCL already
+        (("experiment=hm_rgcl", "model.classify=retrieval"), "hm_rgcl-retrieval"),
+        (("name=x-FT-US", "~data.heads.DE", "~data.heads.MX", "~data.heads.IN", "~data.heads.CN"), "x-FT-US"),
+        (("name=mine", "data.ablate=text"), "mine-no_text"),  # an explicit name still says what changed
+    ],
+)
+def test_the_label_and_run_directory_name_what_changes_a_runs_numbers(overrides, label):
+    cfg = composed(*overrides)
+    assert cfg.label == label
+    assert cfg.hydra.run.dir.startswith(f"/logs/{label}/runs/")
+    assert cfg.callbacks.fold_results.experiment == label  # fold results, so cv_report and Table 11 headings
+
+
 def test_per_culture_cross_validation_names_its_models_after_what_runs():
     cfg = composed("model=text", "cv.per_culture=true")
     names = [name for name, _, _ in models(cfg, Path("/cv"))]

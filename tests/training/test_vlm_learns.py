@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 def _train(train_run: TrainRun, experiment: str, *overrides: str) -> tuple[dict, Path]:
     train_run(f"experiment={experiment}", "seed=1234", "test=false", *overrides, timeout=1200)
-    (run_dir,) = train_run.run_dirs(experiment)
+    (run_dir,) = train_run.log_dir.glob("*/runs/*")  # named after the experiment and its variants (e.g. -no_image)
     return train_run.metrics(run_dir), run_dir
 
 

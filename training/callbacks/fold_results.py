@@ -21,6 +21,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from evaluation.predictions import read_prediction_columns
 from evaluation.summary import json_safe
+from evaluation.thresholds import threshold_on_selection
 from training.runs import nest
 
 FILENAME = "fold_result.json"
@@ -102,6 +103,8 @@ class FoldResultWriter(L.Callback):
             "history": [{**e, "metrics": nest(e["metrics"], "val")} for e in self.history],
             "oof_predictions": read_prediction_columns(self.predictions),
             "held_out_labels": labels,
+            # macro-F1 at the threshold the selection split chose (never the held-out fold), beside accuracy at 0.5
+            "selection_threshold": threshold_on_selection(self.predictions.parent),
         }
         path = self.dirpath / FILENAME
         path.parent.mkdir(parents=True, exist_ok=True)
