@@ -32,6 +32,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 LONG_MODULES = (
     "tests/training/test_vlm_learns.py",
     "tests/training/test_synthetic_thresholds.py",
+    "tests/training/test_dataset_job_matrix.py",
     "tests/slurm/test_local_cluster.py",
     "tests/test_bench_smoke.py",
     "tests/training/test_zero3.py",

@@ -29,7 +29,10 @@ def test_resume_from_last_checkpoint_continues_at_the_saved_step(train_run):
     best = train_run.metrics(first)["best_checkpoint"]
     assert best.endswith("epoch000.ckpt") and torch.load(best, map_location="cpu", weights_only=False)["epoch"] == 0
 
-    train_run(*common, "trainer.max_epochs=3", f"ckpt_path={last}", env={"CROSSMOD_RUN_ID": "resumed"})
+    result = train_run(*common, "trainer.max_epochs=3", f"ckpt_path={last}", env={"CROSSMOD_RUN_ID": "resumed"})
+    console = result.stdout + result.stderr
+    assert "train epoch 3/3: " in console  # progress lines go on after the resume
+    assert "not resumable" not in console  # crossmod's loaders resume exactly: Lightning's warning would contradict it
     resumed = train_run.log_dir / "synthetic_concat" / "runs" / "resumed"
     steps = _train_steps(resumed)
     assert steps and min(steps) >= saved_step, f"resumed run logged step {min(steps)} before the saved step {saved_step}"
