@@ -2,7 +2,8 @@
 
 Inputs get the checks conversion applies: image paths stay inside their root (the folder, or the
 JSONL file's folder), image files are size- and signature-checked before they are read and fully
-decoded within PIL's pixel limit, JSONL lines must be UTF-8 JSON objects without lone surrogates.
+decoded within PIL's pixel limit, JSONL lines must be UTF-8 JSON objects without lone surrogates, and every
+id is read once (a second meme under an id would share the first one's row of predictions).
 A bad input is an `InputError` naming file, line and reason, or with `on_error="skip"` a
 `Skipped` record in `Inputs.skipped`: inputs read = memes returned + skipped, nothing dropped.
 """
@@ -60,13 +61,16 @@ def read_inputs(
         items = _from_folder(path, max_image_bytes)
     else:
         items = _from_jsonl(path, max_image_bytes)
-    records, skipped = [], []
-    for item in items:
+    records, skipped, seen = [], [], {}
+    for number, item in enumerate(items, 1):
+        if not isinstance(item, InputError) and str(item["id"]) in seen:  # two memes, one row of predictions: which?
+            item = InputError(f"{path}: input {number}, id {str(item['id'])[:100]!r}", f"the id of input {seen[str(item['id'])]} again")
         if isinstance(item, InputError):
             if on_error == "raise":
                 raise item
             skipped.append(Skipped(input=item.where, reason=item.reason))
         else:
+            seen[str(item["id"])] = number
             records.append(item)
     if not records:
         raise ValueError(f"{path}: no meme could be read ({len(skipped)} inputs skipped)")

@@ -50,6 +50,15 @@ def test_predict_folder_with_one_bad_image_names_it_or_counts_it(bad, reason, tm
     assert [(Path(s.input).name, reason in s.reason) for s in read.skipped] == [("b.png", True)]
 
 
+def test_an_id_read_twice_is_named_or_counted(tmp_path):
+    lines = ['{"id": "m1", "text": "a"}', '{"id": "m2", "text": "b"}', '{"id": "m1", "text": "c"}']
+    (tmp_path / "memes.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"input 3, id 'm1': cannot read this meme \(the id of input 1 again"):
+        read_inputs(tmp_path / "memes.jsonl")
+    read = read_inputs(tmp_path / "memes.jsonl", on_error="skip")
+    assert [r["text"] for r in read] == ["a", "b"] and read.read == 3 and "input 1 again" in read.skipped[0].reason
+
+
 def test_predict_latin1_jsonl_names_each_line(tmp_path):
     (tmp_path / "memes.jsonl").write_bytes(
         '{"id": 1, "text": "fine"}\n{"id": 2, "text": "café"}\n{"id": 3, "text": "ok"}\n'.replace("café", "caf\xe9").encode("latin-1")
