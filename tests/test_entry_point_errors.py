@@ -183,3 +183,33 @@ def test_train_refuses_what_would_fail_later_before_a_run_folder_exists(tmp_path
 
 def test_cross_validate_refuses_fast_dev_run_before_fold_0_trains(tmp_path):
     _refused(_run(tmp_path, "cross_validate.py", "num_folds=3", "debug=fdr"), tmp_path, "debug=fdr", "use debug=limit")
+
+
+def test_a_refusal_wrapped_by_hydras_instantiate_is_one_line(capsys, monkeypatch):
+    """A file's untrusted `_target_` found while Hydra instantiates (InstantiationException around
+    UntrustedConfigError) is the user's input refused: one line, exit 1, no traceback."""
+    from hydra.errors import InstantiationException
+
+    from models.trusted_targets import UntrustedConfigError
+    from training.user_errors import entry_point
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+
+    @entry_point()
+    def main(cfg):
+        try:
+            raise UntrustedConfigError("shared/config.yaml: data.source._target_ 'os.system' is not one crossmod builds")
+        except UntrustedConfigError as error:
+            raise InstantiationException("Error in call to target 'datamodules.memes.MemeDataModule'") from error
+
+    with pytest.raises(SystemExit) as exited:
+        main({})
+    err = capsys.readouterr().err
+    assert exited.value.code == 1 and err.count("\n") == 1 and "'os.system' is not one crossmod builds" in err
+
+    @entry_point()
+    def broken(cfg):
+        raise InstantiationException("a bug, not a refusal")
+
+    with pytest.raises(InstantiationException):  # anything else keeps its traceback
+        broken({})

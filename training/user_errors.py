@@ -129,6 +129,23 @@ def refuse(error: UserError, reraise: bool = True) -> None:
     sys.exit(EXIT_STATUS)
 
 
+def wrapped_refusal(error: BaseException) -> UserError | None:
+    """The refusal inside an error: Hydra wraps what a constructor raised (`InstantiationException`), and a file's
+    untrusted `_target_` (models/trusted_targets.py, below this layer) is a refusal of the user's input too."""
+    from models.trusted_targets import UntrustedConfigError
+
+    seen: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and cause not in seen:
+        if isinstance(cause, UserError):
+            return cause
+        if isinstance(cause, UntrustedConfigError):
+            return UserError(str(cause))
+        seen.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def entry_point(check: Callable[[DictConfig], None] | None = None) -> Callable[[F], F]:
     """Decorate an entry point's main (under `@hydra.main`, or a plain `main(argv)`): `check(cfg)` runs
     first (unless `CheckFirst` ran it before Hydra created the run directory), and a `UserError` from it or
@@ -146,6 +163,12 @@ def entry_point(check: Callable[[DictConfig], None] | None = None) -> Callable[[
             except UserError as error:
                 remove_created()
                 refuse(error)
+            except Exception as error:  # noqa: BLE001 - a refusal wrapped by Hydra's instantiate is still a refusal
+                refusal = wrapped_refusal(error)
+                if refusal is None:
+                    raise
+                remove_created()
+                refuse(refusal)
 
         return job  # type: ignore[return-value]
 
