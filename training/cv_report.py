@@ -85,6 +85,7 @@ def read_fold_result(path: Path) -> dict[str, Any]:
             wrong = [name for name, value in row.items() if not fits(value)]
             if wrong:
                 raise ReportInputError(f"{path}: {field}.{key}.{wrong[0]} is not a number", FIX)
+    _check_threshold(result, path)
     columns = _field(result, path, "oof_predictions", dict)
     lengths = {column: len(columns[column]) if isinstance(columns.get(column), list) else None for column in COLUMNS}
     if None in lengths.values() or len(set(lengths.values())) > 1:
@@ -93,6 +94,18 @@ def read_fold_result(path: Path) -> dict[str, Any]:
     if not texts or not all(_number(v) or isinstance(v, list) for column in ("probability", "label") for v in columns[column]):
         raise ReportInputError(f"{path}: oof_predictions holds ids or heads that are not strings, or scores that are not numbers", FIX)
     return result
+
+
+def _check_threshold(result: dict[str, Any], path: Path) -> None:
+    """`selection_threshold` (optional: older files lack it): {rule, heads: {head: {name: number}}, mean: {name: number}}."""
+    recorded = _field(result, path, "selection_threshold", dict, optional=True)
+    if recorded is None:
+        return
+    heads, mean = recorded.get("heads"), recorded.get("mean")
+    tables = {f"heads.{h}": row for h, row in heads.items()} if isinstance(heads, dict) else {"heads": heads}
+    for where, row in {**tables, "mean": mean}.items():
+        if not isinstance(row, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row.values()):
+            raise ReportInputError(f"{path}: selection_threshold.{where} is not an object of numbers", FIX)
 
 
 def find_runs(root: Path) -> dict[str, list[tuple[dict[str, Any], Path]]]:

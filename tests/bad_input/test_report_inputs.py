@@ -144,10 +144,16 @@ def _broken(case: str) -> tuple[str, str]:
     if case == "labels_a_list":
         result["held_out_labels"] = ["m/1/0"]
         return json.dumps(result), "held_out_labels"
+    if case == "threshold_scores_not_numbers":
+        result["selection_threshold"] = {"heads": {"US": {"macro_f1_at_val_threshold": "0.9"}}, "mean": {}}
+        return json.dumps(result), "selection_threshold.heads.US"
     raise AssertionError(case)
 
 
-CASES = ["not_json", "a_list", "no_fold", "fold_a_string", "no_oof", "columns_of_other_lengths", "held_out_a_list", "labels_a_list"]
+CASES = [
+    *("not_json", "a_list", "no_fold", "fold_a_string", "no_oof", "columns_of_other_lengths", "held_out_a_list", "labels_a_list"),
+    "threshold_scores_not_numbers",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
