@@ -168,7 +168,7 @@ def held_out_sets(experiments: FoldResults) -> tuple[list[int], list[set[str]]]:
 def _chosen_thresholds(result: dict[str, Any]) -> dict[str, float]:
     """Head → the threshold the fold run chose on its selection split (fold_result.json), if it chose one."""
     heads = (result.get("selection_threshold") or {}).get("heads") or {}
-    return {head: float(scores["val_threshold"]) for head, scores in heads.items()}
+    return {head: float(scores["val_threshold"]) for head, scores in heads.items() if "val_threshold" in scores}
 
 
 def fold_transfer(
