@@ -26,13 +26,22 @@ def read_captions(records: list[dict[str, Any]], reader: Any) -> int:
     return count
 
 
+# A CSV cell a spreadsheet would run as a formula (OWASP's CSV injection list): an id like `=HYPERLINK(…)` from someone
+# else's memes is written with a leading `'`, which spreadsheets show as text; the JSONL output keeps every id verbatim.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
 def write_predictions(rows: list[dict[str, Any]], path: Path) -> Path:
     """UTF-8 CSV or JSONL, encoded in full before the file is replaced: a failure leaves no half file."""
     if path.suffix == ".csv":
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["id"])
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({key: spreadsheet_safe(value) for key, value in row.items()} for row in rows)
         text = buffer.getvalue()
     else:
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)

@@ -112,3 +112,15 @@ def test_predict_cli_names_the_bad_line_without_a_traceback(tmp_path):
     assert result.returncode == 1, result.stderr[-2000:]
     assert f"{tmp_path / 'memes.jsonl'}:1: cannot read this meme (non-UTF-8 bytes" in result.stderr
     assert "Traceback" not in result.stderr and not json.dumps(result.stdout).count("Error executing job")
+
+
+def test_ids_a_spreadsheet_would_run_are_written_as_text_in_csv(tmp_path):
+    rows = [
+        {"id": '=HYPERLINK("http://x","y")', "US_probability": 0.5},
+        {"id": "-2+3", "US_probability": 0.25},
+        {"id": "m1", "US_probability": 1.0},
+    ]
+    text = write_predictions(rows, tmp_path / "p.csv").read_text()
+    assert "\n\"'=HYPERLINK" in text and "\n'-2+3," in text and "\nm1," in text
+    jsonl = write_predictions(rows, tmp_path / "p.jsonl").read_text()  # JSONL keeps ids verbatim (no spreadsheet opens it)
+    assert '"id": "=HYPERLINK' in jsonl
