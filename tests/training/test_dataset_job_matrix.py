@@ -52,7 +52,13 @@ def synthetic_shards(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     """The synthetic memes converted once (by a training's prepare step), for `data=shards`."""
     runner = TrainRun(data_dir, tmp_path_factory.mktemp("prepare"))
     runner(*SMALL_DATA, "debug=fdr", "print_table=false")
-    (manifest,) = (data_dir / "shards").glob("synthetic-*/manifest.json")
+    # the session's data folder may hold other synthetic datasets (other tests' sizes): the one of SMALL_DATA's size
+    groups = int(next(o for o in SMALL_DATA if o.startswith("data.source.num_groups=")).split("=")[1])
+    (manifest,) = [
+        path
+        for path in (data_dir / "shards").glob("synthetic-*/manifest.json")
+        if json.loads(path.read_text())["params"]["num_groups"] == groups
+    ]
     return manifest.parent
 
 
