@@ -88,10 +88,24 @@ def is_secret_key(name: Any) -> bool:
     return bool(words) and words[-1] in ("key", "keys") and (len(words) == 1 or words[-2] not in ORDINARY_KEY_QUALIFIERS)
 
 
+# The shell's working directories: `pwd` is a password word in a config key, not in these two names.
+NOT_SECRET_ENVIRONMENT = frozenset({"PWD", "OLDPWD"})
+
+
 def secret_environment_values() -> list[str]:
     """Values of this process's secret-named environment variables (`HF_TOKEN`, `WANDB_API_KEY` …), longest first:
-    a config that read one (`${oc.env:TOKEN}`) holds it resolved under an ordinary key."""
-    values = {v for k, v in os.environ.items() if is_secret_key(k) and len(v) >= MIN_ENV_SECRET and v != REDACTED}
+    a config that read one (`${oc.env:TOKEN}`) holds it resolved under an ordinary key. Paths are no secrets
+    (`SSH_AUTH_SOCK` names a socket): blanking one would break every path below it in the run's files."""
+    values = {
+        value
+        for name, value in os.environ.items()
+        if name not in NOT_SECRET_ENVIRONMENT
+        and is_secret_key(name)
+        and len(value) >= MIN_ENV_SECRET
+        and value != REDACTED
+        and not value.startswith(("/", "~", "."))
+        and not os.path.exists(value)
+    }
     return sorted(values, key=len, reverse=True)
 
 

@@ -65,3 +65,13 @@ def test_urls_lose_their_credentials_wherever_they_are():
     assert redact_override("data.url=https://tok@host/x?token=abc&n=1") == "data.url=https://***@host/x?token=***&n=1"
     assert redact_override("x=[1,{password: p}]") == "x=[1,{password: ***}]"
     assert redact_override("data.url=https://host/x") == "data.url=https://host/x"
+
+
+def test_paths_in_the_environment_are_no_secrets(monkeypatch, tmp_path):
+    """`PWD` holds the working directory and `SSH_AUTH_SOCK` a socket path: a run's config naming a folder below them
+    keeps its paths (a blanked path would break every job reading the run); a secret-named variable's value goes."""
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "agent.sock"))
+    monkeypatch.setenv("MY_API_TOKEN", "tok-5ecret-0a1b2c")
+    config = {"paths": {"data_dir": f"{tmp_path}/data"}, "sock": f"{tmp_path}/agent.sock", "resolved": "tok-5ecret-0a1b2c"}
+    assert redact(config) == {"paths": {"data_dir": f"{tmp_path}/data"}, "sock": f"{tmp_path}/agent.sock", "resolved": "***"}
