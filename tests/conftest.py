@@ -43,6 +43,10 @@ LONG_MODULES = (
     "tests/training/test_culture_transfer_cv.py",
     "tests/training/test_export_predict.py",
     "tests/training/test_evaluate.py",
+    "tests/training/test_rgcl_runs.py",
+    "tests/training/test_portable_exports.py",
+    "tests/training/test_interruption.py",
+    "tests/training/test_same_seed.py",
 )
 
 
