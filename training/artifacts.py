@@ -43,7 +43,7 @@ from training.bases import (
 )
 from training.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
 from training.redaction import redact
-from training.user_errors import UserError
+from training.user_errors import UserError, error_chain
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 LABEL_MAP = {"0": "non-hate", "1": "hate"}
@@ -413,15 +413,6 @@ def _export_database(
     card["retrieval"]["unseen"] = unseen_content(run_dir, info["config"], model, out, card)
 
 
-def _chain(error: BaseException | None) -> list[BaseException]:
-    """The error and its causes (Hydra wraps what a constructor raised)."""
-    chain = []
-    while error is not None and error not in chain:
-        chain.append(error)
-        error = error.__cause__ or error.__context__
-    return chain
-
-
 def _portable_adapter_config(path: Path, base: str) -> None:
     """PEFT records the base it was trained on; the export names it as model_config.json does, never by this machine's path."""
     config = json.loads(path.read_text())
@@ -532,7 +523,7 @@ def load_culture(
         model: MemeClassifier = instantiate(model_cfg, _recursive_=False)
         model.configure_model()
     except Exception as error:  # Transformers' OSError (not on the hub, offline, not a model folder), maybe wrapped by Hydra
-        cause = next((e for e in _chain(error) if isinstance(e, OSError)), None)
+        cause = next((e for e in error_chain(error) if isinstance(e, OSError)), None)
         if cause is None:
             raise
         fixes = " or ".join(f"model.{key}=<local copy>" for key in keys)

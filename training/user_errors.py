@@ -129,20 +129,25 @@ def refuse(error: UserError, reraise: bool = True) -> None:
     sys.exit(EXIT_STATUS)
 
 
+def error_chain(error: BaseException | None) -> list[BaseException]:
+    """The error and its causes, outermost first (Hydra wraps what a constructor raised)."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
 def wrapped_refusal(error: BaseException) -> UserError | None:
     """The refusal inside an error: Hydra wraps what a constructor raised (`InstantiationException`), and a file's
     untrusted `_target_` (models/trusted_targets.py, below this layer) is a refusal of the user's input too."""
     from models.trusted_targets import UntrustedConfigError
 
-    seen: list[BaseException] = []
-    cause: BaseException | None = error
-    while cause is not None and cause not in seen:
+    for cause in error_chain(error):
         if isinstance(cause, UserError):
             return cause
         if isinstance(cause, UntrustedConfigError):
             return UserError(str(cause))
-        seen.append(cause)
-        cause = cause.__cause__ or cause.__context__
     return None
 
 
