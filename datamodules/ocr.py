@@ -32,6 +32,7 @@ from PIL import Image, ImageFilter
 
 from datamodules.cache_files import append_line, refuse_links
 from datamodules.sample import Sample
+from datamodules.shards import Skipped
 
 ENGINES = ("rapidocr", "tesseract")
 # RapidOCR's settings crossmod changes from the wheel's configuration, chosen by bench/ocr.py on renders
@@ -235,6 +236,10 @@ def _cache_entry(line: bytes) -> tuple[str, str] | None:
     return key, text
 
 
+class ImageOverOcrBound(ValueError):
+    """An image whose header declares more pixels than OCR decodes: a bad input (skipped when the user allows)."""
+
+
 def check_pixels(image: bytes, name: str) -> None:
     """Refuse an image over `MAX_OCR_PIXELS` from its header alone: a small file can declare a picture whose decoding
     takes gigabytes and minutes. An image PIL cannot read is left to the engine (which reports it)."""
@@ -250,7 +255,7 @@ def check_pixels(image: bytes, name: str) -> None:
     except Exception:  # noqa: BLE001 - not PIL's to judge
         return
     if width * height > MAX_OCR_PIXELS:
-        raise ValueError(
+        raise ImageOverOcrBound(
             f"{name}: the image is {size}, over OCR's bound of {MAX_OCR_PIXELS:,} pixels (datamodules/ocr.py MAX_OCR_PIXELS); "
             "a meme is far smaller: resize the image, or give its caption as 'text'"
         )
@@ -280,7 +285,13 @@ class CaptionsFromImages:
         self.filled = self.empty = 0
         for sample in self.source:  # Samples, and the `Skipped` records of bad inputs the user allowed
             if isinstance(sample, Sample) and not sample.text.strip() and sample.image is not None:
-                sample.text = self.reader.read(sample.image, sample.id)
+                try:
+                    sample.text = self.reader.read(sample.image, sample.id)
+                except ImageOverOcrBound as error:
+                    if getattr(self.source, "on_error", "raise") != "skip":
+                        raise ImageOverOcrBound(f"{error} (with data.on_error=skip such images are counted and skipped)") from None
+                    yield Skipped(input=sample.id, reason=str(error))  # counted in the manifest, as every bad input
+                    continue
                 sample.meta = {**sample.meta, "text_source": self.reader.engine.identity}
                 self.filled += 1
                 self.empty += not sample.text

@@ -98,6 +98,12 @@ def open_http(url: str) -> BinaryIO:
     try:
         return _HttpBody(_HTTP.open(url, timeout=HTTP_TIMEOUT_S))  # type: ignore[return-value]
     except urllib.error.HTTPError as error:
+        if 300 <= error.code < 400:  # urllib refused the redirect itself (to file://, ftp:// …): nothing to retry
+            target = error.headers.get("Location", "?") if error.headers else "?"
+            raise PermanentRemoteError(
+                f"{url}: redirected to {target}, a scheme crossmod's HTTP reader does not follow; not followed: use the "
+                "final URL as the location if you trust it"
+            ) from None
         if 400 <= error.code < 500 and error.code not in (408, 429):
             raise PermanentRemoteError(f"{url}: HTTP {error.code} {error.reason}: check the dataset location") from None
         raise

@@ -19,6 +19,7 @@ stream, or from a verified cached copy when the item names a `cache_dir`; the ch
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -196,10 +197,27 @@ def _members(shard: dict[str, Any]) -> Iterator[tuple[str, bytes]]:
     else:
         stream = RemoteStream(url, shard.get("bytes"), shard.get("retries", RETRIES), shard.get("backoff", BACKOFF_S))
         try:
-            yield from stream_members(stream, url, shard.get("bytes"), shard.get("sha256"))
+            members = stream_members(stream, url, shard.get("bytes"), shard.get("sha256"))
+            for name, data in members:
+                if shard.get("sha256") and name.endswith(".json") and not _parses(data):
+                    # A streamed shard's checksum is known only at its end: read the rest first, so a byte flipped in
+                    # transit or on the server is reported as the checksum mismatch it is, not as the writer's bad record.
+                    rest = list(members)
+                    yield name, data
+                    yield from rest
+                    break
+                yield name, data
             stream.report()
         finally:
             stream.close()
+
+
+def _parses(record: bytes) -> bool:
+    try:
+        json.loads(record)
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        return False
+    return True
 
 
 def _files(shard: dict[str, Any]) -> Iterator[dict[str, Any]]:

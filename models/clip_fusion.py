@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from transformers import AutoModel
 
 from models.fusion import check_embedding, mlp, mlp_embedding, mlp_head_input
+from models.model_folders import refuse_shipped_code
 
 FEATURES = ("projected", "pooled")
 ACTIVATIONS = ("gelu", "relu")
@@ -57,6 +58,7 @@ class CLIPFusion(nn.Module):
             if value not in allowed:
                 raise ValueError(f"clip_fusion {name} must be one of {allowed}, got {value!r}")
         check_embedding("clip_fusion", embedding, num_layers)
+        refuse_shipped_code(name_or_path)
         self.clip = AutoModel.from_pretrained(name_or_path, trust_remote_code=False)
         self.clip.train()
         if freeze:

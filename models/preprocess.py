@@ -16,6 +16,7 @@ from PIL import Image
 from transformers import AutoImageProcessor, AutoTokenizer
 
 from datamodules.heads import HeadSpecs, label_tensors, parse_heads
+from models.model_folders import refuse_shipped_code
 
 if TYPE_CHECKING:
     from models.pixels import PixelPipeline
@@ -26,6 +27,7 @@ class HFImagePixels:
     resize and normalisation, batches stacked; picklable for workers."""
 
     def __init__(self, name_or_path: str) -> None:
+        refuse_shipped_code(name_or_path)
         self.processor = AutoImageProcessor.from_pretrained(name_or_path, trust_remote_code=False)
 
     def decode(self, data: bytes) -> Image.Image:
@@ -59,6 +61,8 @@ class MemePreprocessor:
             raise ValueError("give image_model (timm transform) or image_processor (Hugging Face folder), not both")
         self.heads = parse_heads(heads)
         self.max_length = max_length
+        if tokenizer:
+            refuse_shipped_code(tokenizer)
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False) if tokenizer else None
         self.pixels: PixelPipeline | HFImagePixels | None = None
         if image_model:

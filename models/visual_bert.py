@@ -19,6 +19,7 @@ from torch import nn
 from transformers import VisualBertModel
 
 from models.backbones.image import TimmImageEncoder
+from models.model_folders import refuse_shipped_code
 
 
 class VisualBertFusion(nn.Module):
@@ -38,6 +39,7 @@ class VisualBertFusion(nn.Module):
         classifier_transform: bool = True,
     ) -> None:
         super().__init__()
+        refuse_shipped_code(name_or_path)
         self.visual_bert = VisualBertModel.from_pretrained(name_or_path, trust_remote_code=False)
         self.visual_bert.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
         config = self.visual_bert.config

@@ -141,11 +141,22 @@ def measure(recipe: str, seed: int, threads: int, log_dir: Path) -> list[dict]:
     subprocess.run(command, cwd=ROOT, check=True, env=env, stdout=subprocess.DEVNULL)
     (run_dir,) = log_dir.glob(f"*/runs/{run_id}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
+    curve = _val_curve(run_dir)
     return [
-        {"check": name, "seed": seed, "threads": threads, "value": round(check.measure(metrics, run_dir), 4)}
+        {"check": name, "seed": seed, "threads": threads, "value": round(check.measure(metrics, run_dir), 4), "val_curve": curve}
         for name, check in CHECKS.items()
         if check.recipe == recipe
     ]
+
+
+def _val_curve(run_dir: Path) -> list[float]:
+    """The run's val mean AUROC after each epoch (its CSV log): how early a recipe clears its threshold."""
+    import csv
+
+    logs = list(run_dir.glob("csv/**/metrics.csv"))
+    if not logs:
+        return []
+    return [round(float(row["val/mean/auroc"]), 4) for row in csv.DictReader(logs[0].open()) if row.get("val/mean/auroc")]
 
 
 def save(row: dict) -> dict:
@@ -184,6 +195,7 @@ def main() -> None:
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=RECIPES)
     parser.add_argument("--seeds", nargs="+", type=int, default=[1234, 1, 2, 3, 4])
     parser.add_argument("--threads", nargs="+", type=int, default=[1, os.cpu_count() or 1])
+    parser.add_argument("--jobs", type=int, default=None, help="runs side by side (default: as many as the cores hold threads)")
     parser.add_argument("--render-only", action="store_true", help="re-render the table from docs/learning_margins.json")
     args = parser.parse_args()
     if not args.render_only:
@@ -199,7 +211,7 @@ def main() -> None:
                             save(row)
                             print(json.dumps(row), flush=True)
 
-                with ThreadPoolExecutor(max(1, cores // threads)) as pool:
+                with ThreadPoolExecutor(args.jobs or max(1, cores // threads)) as pool:
                     list(pool.map(one, jobs))
     write_between(DOC, START, END, render(json.loads(RESULTS.read_text())), ROOT)
     print(render(json.loads(RESULTS.read_text())))

@@ -24,6 +24,7 @@ import torch
 from PIL import Image
 
 from datamodules.cache_files import refuse_links, write_file
+from models.model_folders import refuse_shipped_code
 
 WEIGHT_FILES = ("*.json", "*.safetensors", "*.bin", "*.txt", "*.model")
 
@@ -140,6 +141,7 @@ class ClipEncoder:
         from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
         self.device = device or torch.device("cpu")
+        refuse_shipped_code(name_or_path)
         self.model = CLIPModel.from_pretrained(name_or_path, trust_remote_code=False).to(self.device).eval()
         self.image_processor = AutoImageProcessor.from_pretrained(name_or_path, trust_remote_code=False)
         self.tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)

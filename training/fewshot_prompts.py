@@ -18,6 +18,7 @@ import lightning as L
 from torch import nn
 
 from evaluation.fewshot_scores import STAGE_CLASSES, STAGE_HEADS
+from models.model_folders import refuse_shipped_code
 from models.vlm.cached_vision import CachedVision
 from models.vlm.classifier import resolve_attn_implementation, resolve_dtype
 from models.vlm.families import family_for
@@ -81,6 +82,7 @@ class PretrainedVLM(nn.Module):
         from transformers import AutoModelForImageTextToText
 
         if self.model is None:
+            refuse_shipped_code(self.name_or_path)
             self.model = AutoModelForImageTextToText.from_pretrained(
                 self.name_or_path,
                 dtype=resolve_dtype(self.dtype_name),
@@ -113,6 +115,7 @@ class FewShotGenerator:
         from transformers import AutoProcessor
 
         self.family, self.source = family_for(name_or_path, family), name_or_path
+        refuse_shipped_code(name_or_path)
         self.processor = AutoProcessor.from_pretrained(name_or_path, trust_remote_code=False)
         if min_pixels is not None or max_pixels is not None:
             if not self.family.pixel_bounds:

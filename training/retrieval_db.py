@@ -166,6 +166,11 @@ def read_database(folder: Path, facts: Any) -> Database:
             raise DatabaseError(f"{folder}: {error}") from None
         if not path.is_file():
             raise DatabaseError(f"{path} is missing")
+        if name == IDS_FILE and path.stat().st_size > ids_file_bound(size):
+            raise DatabaseError(
+                f"{path}: {path.stat().st_size:,} bytes, more than {size} ids of at most {MAX_ID_CHARS} characters take "
+                f"({ids_file_bound(size):,} bytes); not read"
+            )
         if sha256_file(path) != facts["sha256"].get(name):
             raise DatabaseError(f"{path}: its SHA-256 is not the one culture_card.json records (changed or truncated)")
     tensors = load_weights(folder / DB_FILE, REBUILD)
@@ -188,6 +193,11 @@ def read_database(folder: Path, facts: Any) -> Database:
         raise DatabaseError(f"{folder / DB_FILE}: label row {row} is {int(labels[row])}, not 0 or 1")
     ids = _read_ids(folder / IDS_FILE, size)
     return Database(embeddings, labels, ids)
+
+
+def ids_file_bound(size: int) -> int:
+    """The most bytes `size` ids can take as JSON: each character escaped (`\\uXXXX`, 6 bytes), quotes and a comma."""
+    return 2 + size * (6 * MAX_ID_CHARS + 3)
 
 
 def _read_ids(path: Path, size: int) -> list[str]:

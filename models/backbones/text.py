@@ -7,6 +7,7 @@ from torch import nn
 from transformers import AutoModel
 
 from models.activation_checkpointing import enable_activation_checkpointing
+from models.model_folders import refuse_shipped_code
 
 
 class HFTextEncoder(nn.Module):
@@ -22,6 +23,7 @@ class HFTextEncoder(nn.Module):
         super().__init__()
         if pooling not in ("cls", "mean"):
             raise ValueError(f"text pooling must be 'cls' or 'mean', got {pooling!r}")
+        refuse_shipped_code(name_or_path)
         self.model = AutoModel.from_pretrained(name_or_path, trust_remote_code=False)
         self.model.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
         if getattr(self.model, "pooler", None) is not None:

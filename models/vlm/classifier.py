@@ -25,6 +25,7 @@ from transformers import AutoModelForImageTextToText
 
 from datamodules.heads import HeadSpecs, parse_heads
 from models.activation_checkpointing import enable_activation_checkpointing
+from models.model_folders import refuse_shipped_code
 from models.vlm.cached_vision import CachedVision, cache_refusal
 from models.vlm.families import family_for
 from models.vlm.vision_cache import VisionFeatureStore
@@ -130,6 +131,7 @@ class VLMClassifier(nn.Module):
             )
         self.mode, self.head_names = mode, list(typed)
         self.family = family_for(name_or_path, family)
+        refuse_shipped_code(name_or_path)
         model = AutoModelForImageTextToText.from_pretrained(
             name_or_path,
             dtype=resolve_dtype(dtype),

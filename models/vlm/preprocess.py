@@ -24,6 +24,7 @@ from PIL import Image
 from transformers import AutoProcessor
 
 from datamodules.heads import HeadSpecs, label_tensors, parse_heads
+from models.model_folders import refuse_shipped_code
 from models.vlm.families import VLMFamily, family_for
 from models.vlm.prompts import PromptSpec
 
@@ -32,6 +33,7 @@ def load_processor(
     source: str, family: VLMFamily, padding_side: str = "left", min_pixels: int | None = None, max_pixels: int | None = None
 ) -> Any:
     """A family's own processor, padding on `padding_side`, its resizing bounded by min/max pixels (dynamic-resolution families only)."""
+    refuse_shipped_code(source)
     try:
         processor = AutoProcessor.from_pretrained(source, trust_remote_code=False)
     except ValueError as error:

@@ -11,7 +11,9 @@ import zlib
 import pytest
 from PIL import Image
 
-from datamodules.ocr import CaptionReader
+from datamodules.ocr import CaptionReader, CaptionsFromImages
+from datamodules.sample import Sample
+from datamodules.shards import Skipped
 from training.predicting import read_captions
 
 
@@ -84,3 +86,34 @@ def test_a_tiny_file_declaring_a_huge_picture_is_refused_before_the_engine_runs(
     with pytest.raises(ValueError, match=rf"memes/bomb.png: the image is {declared}, over OCR's bound .*resize the image"):
         read_captions(records, CaptionReader(engine, tmp_path / "ocr.jsonl"))
     assert engine.images == 0
+
+
+class ImageOnlySource:
+    """Memes without text, as a converter yields them for OCR, with the user's on_error."""
+
+    def __init__(self, images: dict[str, bytes], on_error: str) -> None:
+        self.images, self.on_error = images, on_error
+
+    def params(self) -> dict:
+        return {}
+
+    def __iter__(self):
+        for name, image in self.images.items():
+            yield Sample(id=name, group=name, lang="en", text="", image=image, labels={})
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_an_image_over_the_bound_is_a_counted_skip_when_the_user_asked_for_skipping(on_error, monkeypatch):
+    engine = CountingEngine()
+    monkeypatch.setattr("datamodules.ocr.ocr_engine", lambda name, langs: engine)
+    images = {"memes/a.png": png(9), "memes/bomb.png": huge_one_bit_png(8_000, 8_000), "memes/b.png": png(10)}
+    source = CaptionsFromImages(ImageOnlySource(images, on_error), engine="counting")
+    if on_error == "raise":
+        with pytest.raises(ValueError, match=r"memes/bomb.png: the image is 8000×8000 pixels.*data.on_error=skip"):
+            list(source)
+        return
+    records = list(source)
+    assert [r.id for r in records if isinstance(r, Sample)] == ["memes/a.png", "memes/b.png"]
+    (skipped,) = [r for r in records if isinstance(r, Skipped)]
+    assert skipped.input == "memes/bomb.png" and "over OCR's bound" in skipped.reason
+    assert engine.images == 2 and source.filled == 2  # the bomb never reached the engine

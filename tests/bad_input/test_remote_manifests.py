@@ -95,3 +95,13 @@ def test_a_redirect_to_another_host_is_refused(dataset):
             with pytest.raises(RemoteReadError, match=rf"{public}/{directory.name}/manifest.json: redirected to another host"):
                 read_manifest(f"{public}/{directory.name}")
         assert faults.requests["manifest.json"] == 0
+
+
+def test_a_redirect_to_a_local_file_is_refused_at_once(dataset, caplog):
+    """urllib itself refuses a redirect to file:// (an HTTPError carrying the 302): permanent, never retried."""
+    directory, _ = dataset
+    with redirecting_to(f"file://{directory.parent}") as public:
+        url = f"{public}/{directory.name}/manifest.json"
+        with pytest.raises(RemoteReadError, match=rf"{url}: redirected to file://.*not followed"):
+            read_manifest(f"{public}/{directory.name}")
+    assert "retrying" not in caplog.text

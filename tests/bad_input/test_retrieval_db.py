@@ -55,6 +55,12 @@ def _edited_byte(folder: Path, facts: dict) -> dict:
     return facts
 
 
+def _padded_ids(folder: Path, facts: dict) -> dict:
+    """Valid JSON (whitespace is) far larger than six ids can take: refused from its size, before it is hashed or parsed."""
+    (folder / IDS_FILE).write_text(json.dumps([f"m/{n}" for n in range(6)]) + " " * 400_000)
+    return _resign(folder, facts)
+
+
 def _link_out(folder: Path, facts: dict) -> dict:
     outside = folder.parent / "elsewhere.json"
     outside.write_text(json.dumps([f"m/{n}" for n in range(6)]))
@@ -81,6 +87,7 @@ CASES = {
     "an id with control characters": (_ids(["m/0", "m/1", "m/2\x1b[2J", "m/3", "m/4", "m/5"]), "id 2 is"),
     "too few ids": (_ids(["m/0"]), "a list of 6 ids"),
     "ids that are an object": (_ids({"m/0": 1}), "a list of 6 ids"),
+    "an ids file larger than its ids can be": (_padded_ids, "more than 6 ids of at most 1000 characters take"),
 }
 
 

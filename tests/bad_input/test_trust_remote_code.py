@@ -89,3 +89,61 @@ def test_a_vlm_folder_with_auto_map_is_refused_without_a_prompt(stdin, tmp_path)
     assert not marker.exists(), "the folder's code ran"
     assert "[y/N]" not in output, output[-2000:]
     assert "REFUSED" in output and str(folder) in output and "trust_remote_code" in output, output[-2000:]
+
+
+def from_pretrained_without_the_folder_check() -> list[str]:
+    """`file:function` of every function in crossmod's library code that calls `X.from_pretrained` (X not PEFT) without
+    calling `refuse_shipped_code` itself: the scan that keeps a new loader from skipping the check."""
+    files = [p for d in ("datamodules", "models", "training", "evaluation") for p in (ROOT / d).rglob("*.py")]
+    found = []
+    for path in files:
+        for function in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            calls = [n for n in ast.walk(function) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute | ast.Name)]
+            loads = [
+                c
+                for c in calls
+                if isinstance(c.func, ast.Attribute)
+                and c.func.attr == "from_pretrained"
+                and not (isinstance(c.func.value, ast.Name) and c.func.value.id in NO_CODE_PATH)
+            ]
+            checked = any(getattr(c.func, "id", getattr(c.func, "attr", None)) == "refuse_shipped_code" for c in calls)
+            if loads and not checked:
+                found.append(f"{path.relative_to(ROOT)}:{function.name}")
+    return found
+
+
+def test_every_loader_checks_the_folder_for_shipped_code_first():
+    assert from_pretrained_without_the_folder_check() == []
+
+
+def _known_type_folder(tmp_path: Path, config_file: str, nested: bool) -> Path:
+    """A tiny Qwen2-VL folder (a type Transformers knows, so trust_remote_code=False alone would load it silently)
+    whose `config_file` names a class in the folder's own Python."""
+    from models.tiny.vlm import build_tiny_vlm
+
+    folder = Path(build_tiny_vlm(tmp_path / "vlm", ["a meme about cats", "hello world"]))
+    path = folder / config_file
+    config = json.loads(path.read_text())
+    auto_map = {"AutoTokenizer": ["tokenization_payload.PayloadTokenizer", None], "AutoConfig": "configuration_payload.PayloadConfig"}
+    if nested:
+        config.setdefault("text_config", {})["auto_map"] = auto_map
+    else:
+        config["auto_map"] = auto_map
+    path.write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "config_file, nested, place",
+    [("config.json", False, "auto_map"), ("config.json", True, "text_config.auto_map"), ("tokenizer_config.json", False, "auto_map")],
+    ids=["config", "nested-config", "tokenizer-config"],
+)
+def test_a_known_type_folder_with_auto_map_is_refused_naming_file_and_place(config_file, nested, place, tmp_path):
+    from models.model_folders import ShippedCodeError
+    from models.vlm.classifier import VLMClassifier
+
+    folder = _known_type_folder(tmp_path, config_file, nested)
+    with pytest.raises(ShippedCodeError, match=rf"{folder / config_file}: `{place}` names Python classes .*trust_remote_code=False"):
+        VLMClassifier(str(folder), heads={"US": {"kind": "binary"}}, mode="head")

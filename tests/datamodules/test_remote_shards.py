@@ -5,6 +5,7 @@ the splits its manifest records; where its folds are missing, the error's advice
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shlex
@@ -15,7 +16,7 @@ import pytest
 
 from datamodules.remote import RemoteReadError, RemoteStream, file_url, is_remote
 from datamodules.sample import SampleError
-from datamodules.shards import read_manifest, read_samples
+from datamodules.shards import read_manifest, read_samples, sha256_file
 from datamodules.tar_reader import ShardFormatError
 from tests.fixtures.shard_server import serve
 from tests.fixtures.small import small_synthetic
@@ -85,7 +86,8 @@ def _member_offset(path, suffix: str) -> int:
 
 
 def test_a_corrupt_byte_is_a_named_error(served):
-    """In image bytes only the shard's checksum can tell; in a record, the record's own check tells first."""
+    """A byte flipped in transit is a checksum mismatch, whether it lands in an image or in a record (a streamed
+    shard's record that does not parse is checked against the shard's checksum before it is blamed)."""
     url, faults, directory, manifest = served
     shard = next(s for s in manifest["shards"] if s["split"] == "train")
     image = next(name for name in tarfile.open(directory / shard["name"]).getnames() if not name.endswith(".json"))
@@ -93,8 +95,31 @@ def test_a_corrupt_byte_is_a_named_error(served):
     with pytest.raises(ShardFormatError, match=rf"shard {url}/{shard['name']} does not match its manifest checksum"):
         read_samples(url, ["train"], FAST)
     faults.corrupt_at[shard["name"]] = _member_offset(directory / shard["name"], ".json")
-    with pytest.raises(SampleError, match=rf"shard {url}/{shard['name']}: sample \d+ has a .json record that is not JSON"):
+    with pytest.raises(ShardFormatError, match=rf"shard {url}/{shard['name']} does not match its manifest checksum"):
         read_samples(url, ["train"], FAST)
+
+
+def test_a_record_written_bad_is_still_blamed_on_the_record(tmp_path):
+    """A shard whose checksum matches but whose record does not parse: the writer's fault, named as such."""
+    dataset, manifest = small_synthetic(tmp_path / "data", num_groups=4, samples_per_shard=40)
+    shard = next(s for s in manifest["shards"] if s["split"] == "train")
+    path = dataset / shard["name"]
+    with tarfile.open(path) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for member, data in members:
+            if member.name.endswith(".json") and data.startswith(b"{"):
+                data = b"[" + data[1:]  # same size, not JSON
+            tar.addfile(member, io.BytesIO(data))
+    manifest_path = dataset / "manifest.json"
+    record = json.loads(manifest_path.read_text())
+    for item in record["shards"]:
+        if item["name"] == shard["name"]:
+            item["sha256"], item["bytes"] = sha256_file(path), path.stat().st_size
+    manifest_path.write_text(json.dumps(record))
+    with serve(dataset.parent) as (base, _faults):
+        with pytest.raises(SampleError, match=rf"{shard['name']}: sample \d+ has a .json record that is not JSON"):
+            read_samples(f"{base}/{dataset.name}", ["train"], FAST)
 
 
 def test_the_cache_downloads_once_and_never_trusts_a_corrupt_copy(served, tmp_path):
