@@ -31,6 +31,7 @@ import numpy as np
 from PIL import Image, ImageFilter
 
 from datamodules.cache_files import append_line, refuse_links
+from datamodules.cache_keys import entry_mac, mac_matches
 from datamodules.sample import Sample
 from datamodules.shards import Skipped
 
@@ -172,9 +173,10 @@ def caption(boxes: list[Box]) -> str:
 class CaptionReader:
     """`read(image)` → caption, through a cache file shared by runs (one JSON line per image read).
 
-    The cache is data: a line that is not `{"key": str, "text": str}` in UTF-8 (a line cut by a crash, another
-    type, bytes that are not UTF-8, a lone surrogate) is skipped and counted (`skipped_lines`, with a warning
-    naming the file), never handed to the tokenizer. Images over `MAX_OCR_PIXELS` are refused before the
+    The cache is data: a line that is not `{"key": str, "text": str, "mac": str}` in UTF-8 (a line cut by a crash,
+    another type, bytes that are not UTF-8, a lone surrogate), or whose `mac` is not the HMAC of its key and text under
+    this user's cache key (a line planted or swapped to another image, datamodules/cache_keys.py), is skipped and
+    counted (`skipped_lines`, with a warning naming the file), never handed to the tokenizer. Images over `MAX_OCR_PIXELS` are refused before the
     engine decodes them."""
 
     def __init__(self, engine: OcrEngine, cache_file: Path | None) -> None:
@@ -196,7 +198,8 @@ class CaptionReader:
                     self.cache[entry[0]] = entry[1]
             if self.skipped_lines:
                 log.warning(
-                    "%s: %d lines are not OCR cache entries and were skipped (lines %s); they are read again when met. "
+                    "%s: %d lines are not OCR cache entries signed with this user's cache key and were skipped (lines %s); "
+                    "their images are read again when met. "
                     "Delete the file to start a new cache",
                     cache_file,
                     len(self.skipped_lines),
@@ -217,20 +220,22 @@ class CaptionReader:
         self.reads += 1
         self.cache[key] = text
         if self.cache_file is not None:
-            line = json.dumps({"key": key, "text": text}, ensure_ascii=False)
+            line = json.dumps({"key": key, "text": text, "mac": entry_mac("ocr", key, text)}, ensure_ascii=False)
             append_line(self.cache_file, "\n" + line if self._newline_first else line, "OCR cache")
             self._newline_first = False
         return text
 
 
 def _cache_entry(line: bytes) -> tuple[str, str] | None:
-    """(key, text) of one cache line, or None when it is not a UTF-8 JSON object of two strings."""
+    """(key, text) of one cache line, or None when it is not a UTF-8 JSON object of two strings signed by this user."""
     try:
         entry = json.loads(line.decode("utf-8"))
         key, text = entry["key"], entry["text"]
         if not isinstance(key, str) or not isinstance(text, str):
             return None
         (key + text).encode("utf-8")  # a lone surrogate (`"\\ud800"` in the JSON) does not encode
+        if not mac_matches(entry.get("mac"), "ocr", key, text):
+            return None
     except (ValueError, KeyError, TypeError):  # UnicodeError is a ValueError
         return None
     return key, text

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # `scaled`; CROSSMOD_TEST_TIMEOUT_SCALE sets the margin (default 3×).
 TIMEOUT_SCALE = float(os.environ.get("CROSSMOD_TEST_TIMEOUT_SCALE", "3"))
 
+
+# Cache entries are signed with the user's cache key (datamodules/cache_keys.py); the suite keeps its own key out of
+# the home folder. One file for every worker and subprocess (created once, atomically).
+os.environ.setdefault("CROSSMOD_CACHE_KEY_FILE", str(Path(tempfile.gettempdir()) / f"crossmod-tests-{os.getuid()}" / "cache_key"))
 
 # Under pytest-xdist (make test) the workers share the cores: each worker, and every training subprocess it starts,
 # computes on its share. Left at torch's default (one thread per core) every process spins OpenMP threads on cores

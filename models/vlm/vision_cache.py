@@ -9,8 +9,11 @@ Each entry is written once: it is staged in an exclusively created temporary fil
 `os.link`, which fails when the name exists, so ranks that met the same image (Multi3Hate shows one image
 under five captions) never replace each other's file, and a reader never sees half a file. An entry is
 data: it must parse as safetensors, name its own key and namespace, hold finite tensors of the model's
-dtype, and match the checksum of its tensors stored in its header; otherwise it is refused, naming the
-file. Links are refused where they would redirect a write (datamodules/cache_files.py).
+dtype, match the checksum of its tensors stored in its header, and carry the HMAC of its name and content under
+this user's cache key (datamodules/cache_keys.py: a checksum anyone can recompute, a key binds the entry to the
+image it was computed from). An entry that fails any of these is treated as missing: the image is encoded again,
+the entry replaced, and the refusal counted and named in a warning. Links are refused where they would redirect a
+write (datamodules/cache_files.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 
 from datamodules.cache_files import refuse_links, write_file
+from datamodules.cache_keys import entry_mac, mac_matches
 from models.vlm.image_features import LAYOUT, ImageEntry
 
 log = logging.getLogger(__name__)
@@ -104,13 +108,15 @@ class CacheStats:
     encoded: int = 0
     bytes_written: int = 0
     already_written: int = 0  # another rank or run wrote the entry first
+    refused: int = 0  # entries that failed their checks: encoded again and replaced
 
     def reset(self) -> None:
-        self.hits = self.writes = self.encoded = self.bytes_written = self.already_written = 0
+        self.hits = self.writes = self.encoded = self.bytes_written = self.already_written = self.refused = 0
 
     def line(self, root: Path) -> str:
+        refused = f", {self.refused} refused and encoded again" if self.refused else ""
         return (
-            f"vision cache {root}: {self.hits} images read, {self.encoded} encoded, "
+            f"vision cache {root}: {self.hits} images read, {self.encoded} encoded{refused}, "
             f"{self.writes} written ({self.bytes_written / 2**20:.1f} MiB)"
         )
 
@@ -124,6 +130,7 @@ class VisionFeatureStore:
     dtype: torch.dtype
     stats: CacheStats = field(default_factory=CacheStats)
     _verified: set[str] = field(default_factory=set)
+    _replace: set[str] = field(default_factory=set)  # keys whose entry was refused: the next put replaces it
 
     @classmethod
     def open(cls, root: str | Path, name_or_path: str, family: str, dtype: torch.dtype) -> VisionFeatureStore:
@@ -156,29 +163,43 @@ class VisionFeatureStore:
         return self.folder / key[:2] / f"{key}.safetensors"
 
     def get(self, key: str) -> tuple[ImageEntry, str] | None:
-        """The entry and the layout the family reads it in (`image_features.layout`); None when the image was never encoded."""
+        """The entry and the layout the family reads it in (`image_features.layout`); None when the image was never
+        encoded, or when its entry is refused (then it is encoded again and `put` replaces the entry)."""
         path = self.path(key)
         if not path.is_file():
             return None
         refuse_links(path, "vision cache entry")
         try:
+            tensors, layout = self.read(path, key)
+        except DamagedCacheEntry as error:
+            self.stats.refused += 1
+            self._replace.add(key)
+            log.warning("%s; the image is encoded again and the entry replaced", error)
+            return None
+        self.stats.hits += 1
+        return tensors, layout
+
+    def read(self, path: Path, key: str) -> tuple[ImageEntry, str]:
+        """The entry at `path` after every check; DamagedCacheEntry naming the file and what failed otherwise."""
+        try:
             with safe_open(str(path), "pt") as handle:
                 meta = handle.metadata() or {}
                 tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 - safe_open has no iterator
         except (SafetensorError, OSError, ValueError) as error:
-            raise DamagedCacheEntry(f"{path}: not a readable vision cache entry ({error}); delete it and it is encoded again") from None
+            raise DamagedCacheEntry(f"{path}: not a readable vision cache entry ({error})") from None
         self._check(path, key, meta, tensors)
-        self.stats.hits += 1
         return tensors, meta["layout"]
 
     def _check(self, path: Path, key: str, meta: dict[str, str], tensors: dict[str, torch.Tensor]) -> None:
         def refuse(reason: str) -> None:
-            raise DamagedCacheEntry(f"{path}: {reason}; delete it and it is encoded again")
+            raise DamagedCacheEntry(f"{path}: {reason}")
 
         if meta.get("format") != FORMAT or meta.get("key") != key or meta.get("namespace") != self.namespace:
             refuse(f"its header names format {meta.get('format')!r}, key {meta.get('key')!r}, another namespace or none")
         if not LAYOUT.fullmatch(meta.get("layout") or ""):
             refuse(f"its header names layout {meta.get('layout')!r}, not sequence, tensor or blocks:<tokens>")
+        if not mac_matches(meta.get("mac"), self.namespace, key, meta["layout"], meta.get("sha256") or ""):
+            refuse("it does not carry this user's cache key's signature of its name and content (planted, swapped or older)")
         if "image" not in tensors or any(not n == "image" and not n.startswith("deepstack.") for n in tensors):
             refuse(f"it holds {sorted(tensors)}, not image features")
         for name, tensor in tensors.items():
@@ -194,7 +215,8 @@ class VisionFeatureStore:
     def put(self, key: str, entry: ImageEntry, layout: str) -> None:
         """Write an entry unless one exists; the first writer wins and nobody replaces it."""
         target = self.path(key)
-        if target.is_file():
+        replace = key in self._replace
+        if target.is_file() and not replace:
             self.stats.already_written += 1
             return
         tensors = {name: t.detach().to(self.dtype).contiguous().cpu() for name, t in entry.items()}
@@ -205,6 +227,7 @@ class VisionFeatureStore:
             "layout": layout,
             "sha256": _tensor_checksum(tensors),
         }
+        meta["mac"] = entry_mac(self.namespace, key, layout, meta["sha256"])
         data = safetensors_bytes(tensors, metadata=meta)
         target.parent.mkdir(parents=True, exist_ok=True)
         refuse_links(target, "vision cache entry")
@@ -216,11 +239,17 @@ class VisionFeatureStore:
                 os.fsync(handle.fileno())
             os.chmod(staging, 0o644)
             try:
-                os.link(staging, target)  # fails if the name exists: written once
+                if replace:  # a refused entry: the new one takes its name (a name is replaced, never a link's target)
+                    os.replace(staging, target)
+                    self._replace.discard(key)
+                    self._verified.discard(key)
+                else:
+                    os.link(staging, target)  # fails if the name exists: written once
             except FileExistsError:
                 self.stats.already_written += 1
                 return
         finally:
-            os.unlink(staging)
+            if os.path.lexists(staging):
+                os.unlink(staging)
         self.stats.writes += 1
         self.stats.bytes_written += len(data)

@@ -117,3 +117,19 @@ def test_an_image_over_the_bound_is_a_counted_skip_when_the_user_asked_for_skipp
     (skipped,) = [r for r in records if isinstance(r, Skipped)]
     assert skipped.input == "memes/bomb.png" and "over OCR's bound" in skipped.reason
     assert engine.images == 2 and source.filled == 2  # the bomb never reached the engine
+
+
+def test_a_caption_swapped_to_another_image_is_not_read(tmp_path):
+    """Someone who can write the shared cache appends a line giving image B the caption they want (the key is only a
+    digest of B's bytes, anyone can compute it): unsigned by this user's key, it is skipped, and B is read again."""
+    engine = CountingEngine()
+    cache = tmp_path / "ocr.jsonl"
+    reader = CaptionReader(engine, cache)
+    victim = png(30)
+    planted = {"key": reader.key(victim), "text": "planted caption"}
+    with cache.open("a") as handle:
+        handle.write(json.dumps(planted) + "\n")
+        handle.write(json.dumps({**planted, "mac": "0" * 64}) + "\n")
+    again = CaptionReader(engine, cache)
+    assert again.skipped_lines == [1, 2]
+    assert again.read(victim) == "caption 1" and engine.images == 1
