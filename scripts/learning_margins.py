@@ -62,6 +62,10 @@ def _head_after_ablation_budget(metrics: dict, run_dir: Path) -> float:
     return float(rows[ABLATION_EPOCHS - 1]["val/mean/auroc"]) - bound
 
 
+def _tag_similarity(metrics: dict, run_dir: Path) -> float:
+    return metrics["best"]["test"]["tags"]["similarity"]
+
+
 def _over_ceiling(view: str) -> Callable[[dict, Path], float]:
     def measure(metrics: dict, run_dir: Path) -> float:
         return metrics["best"]["val"]["mean"]["auroc"] - val_ceiling(run_dir, view)
@@ -99,6 +103,12 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "smolvlm_head": ("experiment=synthetic_vlm", TINY_VLM.format(kind="smolvlm"), "trainer.max_epochs=4", "test=false"),
     "qwen2_vl_ablate_image": ("experiment=synthetic_vlm", "data.ablate=image", f"trainer.max_epochs={ABLATION_EPOCHS}", "test=false"),
     "qwen2_vl_ablate_text": ("experiment=synthetic_vlm", "data.ablate=text", f"trainer.max_epochs={ABLATION_EPOCHS}", "test=false"),
+    "tag_generator": ("experiment=synthetic_tag_generator",),
+}
+# Recipes trained on another recipe's run, measured right after it (same seed and threads): the verbalizer starts from
+# the head run's fine-tuned base, exported as a model folder (the recipe's two steps, tests/training/test_vlm_learns.py).
+FOLLOW_UPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "qwen2_vl_head": ("verbalizer", ("experiment=synthetic_vlm_verbalizer", "test=false")),
 }
 
 CHECKS: dict[str, Check] = {
@@ -124,11 +134,13 @@ CHECKS: dict[str, Check] = {
     "qwen2_vl_ablate_text": Check(
         "qwen2_vl_ablate_text", _over_ceiling("image_only"), CEILING_TOLERANCE, False, "val AUROC − image ceiling"
     ),
+    "verbalizer": Check("verbalizer", _val, 0.85, True, "val mean AUROC (3 epochs from the head run's exported base)"),
+    "tag_generator": Check("tag_generator", _tag_similarity, 0.9, True, "test tag similarity, greedy tags (12 epochs)"),
 }
 
 
-def measure(recipe: str, seed: int, threads: int, log_dir: Path) -> list[dict]:
-    """Train the recipe once and return a row for each check that reads it."""
+def measure(recipe: str, seed: int, threads: int, log_dir: Path, extra: tuple[str, ...] = ()) -> list[dict]:
+    """Train the recipe once (and its follow-up on its run) and return a row for each check that reads them."""
     run_id = f"{recipe}-s{seed}-t{threads}"
     env = {
         **os.environ,
@@ -137,16 +149,26 @@ def measure(recipe: str, seed: int, threads: int, log_dir: Path) -> list[dict]:
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
     }
-    command = [sys.executable, str(ROOT / "train.py"), *RECIPES[recipe], f"seed={seed}", f"paths.log_dir={log_dir}", "print_table=false"]
+    overrides = FOLLOW_UP_RECIPES[recipe] if recipe in FOLLOW_UP_RECIPES else RECIPES[recipe]
+    command = [sys.executable, str(ROOT / "train.py"), *overrides, *extra, f"seed={seed}", f"paths.log_dir={log_dir}", "print_table=false"]
     subprocess.run(command, cwd=ROOT, check=True, env=env, stdout=subprocess.DEVNULL)
     (run_dir,) = log_dir.glob(f"*/runs/{run_id}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     curve = _val_curve(run_dir)
-    return [
+    rows = [
         {"check": name, "seed": seed, "threads": threads, "value": round(check.measure(metrics, run_dir), 4), "val_curve": curve}
         for name, check in CHECKS.items()
         if check.recipe == recipe
     ]
+    if recipe in FOLLOW_UPS:
+        follow_up, _ = FOLLOW_UPS[recipe]
+        export = [sys.executable, str(ROOT / "export.py"), f"run={run_dir}", "culture=US", "merge=true", f"out={run_dir}/export"]
+        subprocess.run(export, cwd=ROOT, check=True, env=env, stdout=subprocess.DEVNULL)
+        rows += measure(follow_up, seed, threads, log_dir, (f"model.name_or_path={run_dir}/export/US/merged",))
+    return rows
+
+
+FOLLOW_UP_RECIPES = dict(FOLLOW_UPS.values())
 
 
 def _val_curve(run_dir: Path) -> list[float]:
@@ -156,7 +178,10 @@ def _val_curve(run_dir: Path) -> list[float]:
     logs = list(run_dir.glob("csv/**/metrics.csv"))
     if not logs:
         return []
-    return [round(float(row["val/mean/auroc"]), 4) for row in csv.DictReader(logs[0].open()) if row.get("val/mean/auroc")]
+    rows = [row for row in csv.DictReader(logs[0].open()) if row.get("val/mean/auroc")]
+    if len(rows) > 2 and int(rows[-1]["step"]) == int(rows[-2]["step"]) + 1:
+        rows = rows[:-1]  # the chosen weights validated again after fit, one step after the last epoch's row: not an epoch
+    return [round(float(row["val/mean/auroc"]), 4) for row in rows]
 
 
 def save(row: dict) -> dict:

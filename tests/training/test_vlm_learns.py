@@ -80,7 +80,7 @@ def test_verbalizer_learns_to_answer_from_the_head_runs_base(qwen_head, train_ru
     base = train_run.log_dir / "export" / "US" / "merged"
     assert (base / "config.json").is_file() and (base / "model.safetensors").is_file()
     metrics, _ = _train(train_run, "synthetic_vlm_verbalizer", f"model.name_or_path={base}")
-    assert metrics["best"]["val"]["mean"]["auroc"] >= 0.85
+    assert metrics["best"]["val"]["mean"]["auroc"] >= CHECKS["verbalizer"].threshold
 
 
 def test_tag_generator_writes_the_tags_far_better_than_untrained(train_run):
@@ -93,4 +93,4 @@ def test_tag_generator_writes_the_tags_far_better_than_untrained(train_run):
         similarity[name] = train_run.metrics(run_dir)["best"]["test"]["tags"]["similarity"]
         rows = [json.loads(line) for line in (run_dir / "tags" / "test.jsonl").read_text().splitlines()]
         assert len(rows) == train_run.metrics(run_dir)["best"]["test"]["tags"]["memes"]
-    assert similarity["trained"] >= 0.9 and similarity["trained"] - similarity["untrained"] >= 0.3, similarity
+    assert similarity["trained"] >= CHECKS["tag_generator"].threshold and similarity["trained"] - similarity["untrained"] >= 0.3, similarity
