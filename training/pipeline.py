@@ -81,7 +81,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise
     slim = finished_run_checkpoints(run_dir, metrics.get("best_checkpoint"), keep=bool(cfg.get("keep_resume_checkpoints", False)))
     status.write("finished", **({"removed_resume_checkpoints": slim} if slim else {}))
+    close_process_group()
     return metrics
+
+
+def close_process_group() -> None:
+    """Destroy the default process group once the run is done (no collective follows). Left to interpreter exit, gloo's
+    threads were destroyed while still joinable and a finished rank aborted ("terminate called without an active
+    exception": the SLURM ZeRO-3 job, twice), so a job whose every number was written ended FAILED."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -> dict[str, Any]:
