@@ -22,6 +22,8 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from datamodules.cache_files import refuse_links
+
 KEY_BYTES = 32
 
 
@@ -34,6 +36,7 @@ def key_file() -> Path:
 
 @cache
 def _secret(path: Path) -> bytes:
+    refuse_links(path, "cache key file")  # the file and its folder: a planted link would hand us someone else's key
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, staging = tempfile.mkstemp(prefix=".cache_key.", dir=path.parent)  # mode 0600
@@ -46,8 +49,7 @@ def _secret(path: Path) -> bytes:
                 pass
         finally:
             os.unlink(staging)
-    if path.is_symlink():
-        raise OSError(f"{path}: the cache key file is a symbolic link; crossmod reads its key only from a plain file")
+    refuse_links(path, "cache key file")  # planted between the check above and the link
     text = path.read_text(encoding="ascii", errors="replace").strip()
     if len(text) < 2 * KEY_BYTES or any(c not in "0123456789abcdef" for c in text):
         raise ValueError(f"{path}: not a crossmod cache key ({2 * KEY_BYTES} hex digits); delete it and a new one is made")

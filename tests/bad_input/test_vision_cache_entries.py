@@ -152,3 +152,16 @@ def test_a_batch_reads_its_entries_in_one_layout():
     for mixed in ({"sequence", "tensor"}, {"blocks:64", "blocks:256"}):
         with pytest.raises(DamagedCacheEntry, match="disagree on their layout"):
             batch_layout(mixed)
+
+
+def test_a_cache_key_file_that_is_a_link_is_refused(tmp_path, monkeypatch):
+    from datamodules.cache_files import LinkedCachePath
+    from datamodules.cache_keys import entry_mac
+
+    theirs = tmp_path / "theirs"
+    theirs.write_text("ab" * 32 + "\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "cache_key").symlink_to(theirs)
+    monkeypatch.setenv("CROSSMOD_CACHE_KEY_FILE", str(tmp_path / "mine" / "cache_key"))
+    with pytest.raises(LinkedCachePath, match="symbolic link"):
+        entry_mac("anything")
