@@ -2,7 +2,8 @@
 
     python scripts/learning_margins.py [--recipes concat qwen2_vl_head ...] [--seeds 1234 1 2 3 4] [--threads 1 2]
 
-A learning test (tests/training/test_synthetic_thresholds.py, tests/training/test_vlm_learns.py) trains one recipe at
+A learning test (tests/training/test_synthetic_thresholds.py, test_unimodal_ceilings.py, test_vlm_learns.py,
+test_vlm_families_learn.py, test_tag_generator_learns.py) trains one recipe at
 seed 1234 and asserts a threshold. A recipe's metric moves with the seed, and with the number of compute threads
 (float reductions summed in another order: docs/reproducibility.md), so each threshold must sit below the worst
 value observed over seeds and the thread counts the suite (1 per pytest worker) and a user run (the core count)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.zygote import run_python
+
 ROOT = Path(__file__).resolve().parents[1]
 # Timeouts catch hangs, not slowness: a 2-core machine under other jobs' load (load average 6–12 seen) runs a
 # training subprocess several times slower than an idle one. Every subprocess timeout in the suite goes through
@@ -36,12 +38,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # modules fill in around them and no worker is left running a long one alone at the end (longest first).
 LONG_MODULES = (
     "tests/training/test_vlm_learns.py",
-    "tests/training/test_synthetic_thresholds.py",
     "tests/training/test_dataset_job_matrix.py",
+    "tests/training/test_tag_generator_learns.py",
     "tests/slurm/test_local_cluster.py",
+    "tests/training/test_vlm_families_learn.py",
     "tests/test_bench_smoke.py",
+    "tests/training/test_synthetic_thresholds.py",
     "tests/training/test_zero3.py",
     "tests/training/test_zero3_families.py",
+    "tests/training/test_unimodal_ceilings.py",
     "tests/training/test_zero3_inference.py",
     "tests/training/test_sweeps.py",
     "tests/training/test_predict_ocr.py",
@@ -83,13 +88,20 @@ class TrainRun:
         self.data_dir, self.log_dir = data_dir, log_dir
 
     def __call__(
-        self, *overrides: str, check: bool = True, env: dict[str, str] | None = None, timeout: int = 900, script: str = "train.py"
+        self,
+        *overrides: str,
+        check: bool = True,
+        env: dict[str, str] | None = None,
+        timeout: int = 900,
+        script: str = "train.py",
+        fresh: bool = False,
     ) -> subprocess.CompletedProcess:
+        """`fresh`: a new interpreter rather than a fork of the worker's zygote (tests/zygote.py says when it matters)."""
         flags = [o for o in overrides if o.startswith("-") and not o.startswith("~")]
         rest = [o for o in overrides if o not in flags]
         command = [sys.executable, str(ROOT / script), *flags, f"paths.data_dir={self.data_dir}", f"paths.log_dir={self.log_dir}", *rest]
         full_env = {**os.environ, "HYDRA_FULL_ERROR": "1", "WANDB_MODE": "offline", "COLUMNS": "120", **(env or {})}
-        result = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=scaled(timeout))
+        result = run_python(command, cwd=ROOT, env=full_env, timeout=scaled(timeout), fresh=fresh)
         if check and result.returncode != 0:
             raise AssertionError(
                 f"{script} {' '.join(overrides)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
@@ -110,3 +122,15 @@ def train_run(data_dir: Path, tmp_path: Path) -> TrainRun:
 
 # A small synthetic dataset for fast pipeline tests (full-size data is only used by the slow tests).
 SMALL_DATA = ("data.source.num_groups=40", "data.samples_per_shard=64")
+
+
+def stop_once_reached(threshold: float, monitor: str = "val/mean/auroc") -> str:
+    """The override that ends a learning test's run at its first validation reaching `threshold`.
+
+    A learning test asks whether the recipe reaches the threshold within its epochs (its best validation ≥ threshold);
+    Lightning's EarlyStopping(stopping_threshold=…) answers the same question and skips the epochs after the answer is
+    known (the schedule itself is unchanged: the epochs run are the full recipe's first ones). The margins are measured
+    on the full recipe, unstopped, by scripts/learning_margins.py.
+    """
+    stopper = f"{{_target_: lightning.pytorch.callbacks.EarlyStopping, monitor: {monitor}, mode: max, stopping_threshold: {threshold}, patience: 1000}}"
+    return f"+callbacks.reached={stopper}"

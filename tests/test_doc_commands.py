@@ -13,7 +13,6 @@ from __future__ import annotations
 import configparser
 import functools
 import re
-import subprocess
 import sys
 
 import pytest
@@ -25,6 +24,7 @@ import training.resolvers  # noqa: F401  (the resolvers the entry points registe
 from tests.conftest import ROOT, scaled
 from tests.doc_commands import Command, documented_commands, hydra_overrides
 from tests.slurm.batch_scripts import job_command, run_batch_script
+from tests.zygote import run_python
 from training.user_errors import missing_keys
 
 COMMANDS = documented_commands()
@@ -136,7 +136,7 @@ def test_batch_command_starts_a_composable_job(command: Command, tmp_path):
 @functools.cache
 def help_text(program: str) -> str:
     argv = [sys.executable, *program.split()]
-    done = subprocess.run([*argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
+    done = run_python([*argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, f"{program} --help failed:\n{done.stderr[-2000:]}"
     return done.stdout
 

@@ -10,8 +10,8 @@ import shlex
 
 import pytest
 
+from scripts.learning_margins import CEILING_TOLERANCE
 from scripts.zoo_table import END, FAMILIES, RESULTS, START, TABLE_FILES, render
-from tests.training.test_synthetic_thresholds import CEILING_TOLERANCE
 
 ROWS = {row["family"]: row for row in json.loads(RESULTS.read_text())["rows"]}
 

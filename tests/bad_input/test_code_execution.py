@@ -23,6 +23,7 @@ from models.module import MemeClassifier
 from models.trusted_targets import UntrustedConfigError
 from tests.conftest import ROOT, scaled
 from tests.datamodules.sources import layouts
+from tests.zygote import run_python
 from training.artifacts import load_culture, run_model
 
 
@@ -52,9 +53,7 @@ def exec_payload(marker: Path) -> dict:
 
 def _run(script: str, *args: str, home: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HOME": str(home / "hf"), "HF_HUB_OFFLINE": "1", "HYDRA_FULL_ERROR": "1"}
-    return subprocess.run(
-        [sys.executable, str(ROOT / script), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(300)
-    )
+    return run_python([sys.executable, str(ROOT / script), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(300))
 
 
 def _tamper_json(path: Path, change) -> None:
@@ -70,9 +69,7 @@ def test_predict_refuses_a_culture_folder_whose_config_runs_remote_code(culture_
     live_marker = tmp_path / "live-marker"
     live = remote_code_model(tmp_path / "live-payload", live_marker)
     code = f"from transformers import AutoConfig; AutoConfig.from_pretrained({str(live)!r}, trust_remote_code=True)"
-    subprocess.run(
-        [sys.executable, "-c", code], env={**os.environ, "HF_HOME": str(tmp_path / "hf")}, capture_output=True, timeout=scaled(120)
-    )
+    run_python([sys.executable, "-c", code], env={**os.environ, "HF_HOME": str(tmp_path / "hf")}, capture_output=True, timeout=scaled(120))
     assert live_marker.read_text() == "payload ran", "the payload is not live: this test could not fail"
 
     marker = tmp_path / "marker"
@@ -158,7 +155,7 @@ def test_evaluate_refuses_a_checkpoint_whose_hyperparameters_run_remote_code(lea
     # Lightning's own loader builds whatever the file names (and then fails on the odd preprocessor). `__wrapped__`, not
     # `__func__`: Lightning's restricted classmethod sets `__func__` in 2.6.6 (constraints.txt) but not in 2.5.5 (the floor).
     code = f"import lightning as L; from models.module import MemeClassifier; L.LightningModule.load_from_checkpoint.__wrapped__(MemeClassifier, {str(live)!r})"
-    subprocess.run(
+    run_python(
         [sys.executable, "-c", code],
         cwd=ROOT,
         env={**os.environ, "HF_HOME": str(tmp_path / "hf")},

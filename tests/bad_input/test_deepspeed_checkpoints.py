@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, scaled
+from tests.zygote import run_python
 from training.consolidate import zero_state_dict
 
 FIX = "consolidate it on the machine that trained it"
@@ -50,13 +51,13 @@ def evil_checkpoint(directory: Path, marker: Path, tag: str = "global_step1") ->
 
 def _live(path: Path, marker: Path) -> None:
     code = f"import torch; torch.load({str(path)!r}, weights_only=False)"
-    subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=scaled(120))
+    run_python([sys.executable, "-c", code], capture_output=True, timeout=scaled(120))
     assert marker.read_text() == "payload ran", "the payload is not live: this test could not fail"
     marker.unlink()
 
 
 def _consolidate(checkpoint: Path, output: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return run_python(
         [sys.executable, "-m", "training.consolidate", str(checkpoint), str(output)],
         cwd=ROOT,
         capture_output=True,
@@ -88,7 +89,7 @@ def test_export_refuses_a_run_whose_best_checkpoint_is_a_payload_directory(leaky
     (run / "metrics.json").write_text(json.dumps(metrics))
 
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(
+    result = run_python(
         [sys.executable, str(ROOT / "export.py"), f"run={run}", "culture=US", f"out={tmp_path / 'export'}"],
         cwd=ROOT,
         env=env,
@@ -172,7 +173,7 @@ def test_resuming_a_planted_deepspeed_checkpoint_runs_no_code(tmp_path):
     shard = checkpoint / "checkpoint" / "zero_pp_rank_0_mp_rank_00_model_states.pt"
     shard.rename(checkpoint / "checkpoint" / "mp_rank_00_model_states.pt")
     _live(checkpoint / "checkpoint" / "mp_rank_00_model_states.pt", marker)
-    result = subprocess.run(
+    result = run_python(
         [
             sys.executable,
             str(ROOT / "train.py"),

@@ -8,7 +8,6 @@ or with `on_error=skip` a counted skip while every other meme is still scored an
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from datamodules.sample import Sample
 from datamodules.shards import write_shards
 from tests.conftest import ROOT, scaled
 from tests.datamodules.sources import layouts
+from tests.zygote import run_python
 from training.predicting import write_predictions
 
 
@@ -102,7 +102,7 @@ def test_predict_cli_names_the_bad_line_without_a_traceback(tmp_path):
     (tmp_path / "memes.jsonl").write_bytes(b'{"id": 1, "text": "caf\xe9"}\n')
     (tmp_path / "none").mkdir()  # passes predict.py's up-front check (an exported folder has its card) but holds no model
     (tmp_path / "none" / "culture_card.json").write_text("{}")
-    result = subprocess.run(
+    result = run_python(
         [sys.executable, str(ROOT / "predict.py"), f"adapters={tmp_path / 'none'}", f"inputs={tmp_path / 'memes.jsonl'}"],
         cwd=tmp_path,
         capture_output=True,

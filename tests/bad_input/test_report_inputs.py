@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, scaled
+from tests.zygote import run_python
 from training.cv_report import ReportInputError, report
 
 HEADS = ("US", "DE")
@@ -62,7 +63,7 @@ def write_folds(root: Path, results: list[dict]) -> Path:
 
 def cv_report(root: Path, out: Path | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "training.cv_report", str(root), *(["--out", str(out)] if out else [])]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
+    return run_python(command, cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
 
 
 def _files(folder: Path) -> list[str]:
@@ -191,7 +192,7 @@ def test_export_writes_its_readme_when_a_metric_is_undefined(leaky_run, tmp_path
     metrics["best"].setdefault("test", {}).setdefault("US", {})["auroc"] = float("nan")
     (run / "metrics.json").write_text(json.dumps(metrics))
 
-    result = subprocess.run(
+    result = run_python(
         [sys.executable, str(ROOT / "export.py"), f"run={run}", "culture=US", f"out={tmp_path / 'export'}"],
         cwd=ROOT,
         env={**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"},

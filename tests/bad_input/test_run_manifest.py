@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
+from tests.zygote import run_python
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def fold_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _evaluate(run: Path, data_dir: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return run_python(
         [sys.executable, str(ROOT / "evaluate.py"), f"ckpt={run}", f"paths.data_dir={data_dir}", *SMALL_DATA, f"out={out}"],
         cwd=ROOT,
         capture_output=True,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -21,6 +20,7 @@ from bench.mfu import CPU_NOMINAL, PEAK_BF16, Peak, format_report, measurement_w
 from bench.vlm_configs import named_config, parameter_count
 from bench.vlm_flops import DOCS_END, DOCS_START, FlopCount, Term, _window_square, count_flops, image_grid, tower_share, tower_share_table
 from tests.conftest import ROOT, scaled
+from tests.zygote import run_python
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_measurement_windows():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_the_gpu_script_refuses_a_machine_without_cuda():
-    done = subprocess.run([sys.executable, "bench/gpu_throughput.py"], cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
+    done = run_python([sys.executable, "bench/gpu_throughput.py"], cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 2
     assert "needs a CUDA device" in done.stderr and "--cpu-smoke" in done.stderr
 
@@ -224,9 +224,7 @@ def test_the_gpu_script_measures_on_cuda(tmp_path):
     strategies = "ddp,deepspeed_zero3" if importlib.util.find_spec("deepspeed") else "ddp"
     out = tmp_path / "gpu_throughput.json"
     command = [sys.executable, "bench/gpu_throughput.py", "--smoke", "--devices", "1", "--strategies", strategies, "--out", str(out)]
-    done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=scaled(900), env={**os.environ, "WANDB_MODE": "disabled"}
-    )
+    done = run_python(command, cwd=ROOT, capture_output=True, text=True, timeout=scaled(900), env={**os.environ, "WANDB_MODE": "disabled"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     for name in strategies.split(","):

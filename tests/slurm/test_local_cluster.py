@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, SMALL_DATA, scaled
+from tests.zygote import run_python
 from training.slurm import AllocationMismatch, check_allocation
 
 pytestmark = pytest.mark.slurm
@@ -241,7 +242,7 @@ def test_cv_array_three_folds_and_report(slurm: Slurm):
     assert runs == [f"slurm-{job}_{k}" for k in range(3)], runs
     for k in range(3):
         assert json.loads((cv_dir / f"slurm-{job}_{k}" / "fold_result.json").read_text())["fold"] == k
-    report = subprocess.run(
+    report = run_python(
         [sys.executable, "-m", "training.cv_report", str(cv_dir)],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=scaled(300),
     )  # fmt: skip
@@ -319,7 +320,7 @@ def test_evaluate_job_on_two_nodes_scores_what_one_process_does(slurm: Slurm, tm
     runs(*SMALL_DATA, "debug=limit", "trainer.limit_test_batches=1.0", "print_table=false", env={"CROSSMOD_RUN_ID": "run"})
     run = tmp_path / "trained" / "synthetic_concat" / "runs" / "run"
     common = [f"ckpt={run}", f"paths.data_dir={slurm.data_dir}", *SMALL_DATA]
-    local = subprocess.run(
+    local = run_python(
         [sys.executable, "evaluate.py", *common, f"out={tmp_path / 'one'}"],
         cwd=ROOT,
         env=_env(),

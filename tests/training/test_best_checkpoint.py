@@ -4,7 +4,6 @@ full for resuming, and without a full `last.ckpt` the best checkpoint keeps the 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
+from tests.zygote import run_python
 
 TRAINING_STATE = ("optimizer_states", "lr_schedulers", "callbacks")
 
@@ -49,7 +49,7 @@ def test_best_checkpoint_has_weights_only_and_last_keeps_the_training_state(run)
 
 def test_evaluate_scores_the_weights_only_checkpoint_as_the_run_did(run, tmp_path):
     run_dir, train_run = run
-    result = subprocess.run(
+    result = run_python(
         [sys.executable, str(ROOT / "evaluate.py"), f"ckpt={run_dir}", *SMALL_DATA, f"paths.data_dir={train_run.data_dir}", f"out={tmp_path / 'r'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=scaled(600),
     )  # fmt: skip

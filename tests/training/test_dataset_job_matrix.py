@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.datamodules.sources import layouts
+from tests.zygote import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,7 @@ EXPECTED["memebridge"]["export retrieval"] = RETRIEVAL_NEEDS_BINARY  # sentiment
 
 def _command(*args: str) -> subprocess.CompletedProcess:
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=scaled(600))
+    return run_python([sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=scaled(600))
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,12 @@ from evaluation.task_metrics import performance_score, subset_rule_accuracy, tox
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.datamodules.sources import layouts
 from tests.fixtures.small import small_synthetic
+from tests.zygote import run_python
 from training.scored_splits import run_facts, scored_splits
 
 
 def _evaluate(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "evaluate.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600)
-    )
+    result = run_python([sys.executable, str(ROOT / "evaluate.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600))
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
@@ -118,7 +117,7 @@ def test_an_export_scores_its_runs_held_out_fold_and_counts_what_it_trained_on(f
     numbers; split=all is scored with the warning, and report.json counts the memes it trained and selected on."""
     run = _fold_run(fold_sweep, 1)
     export = [sys.executable, str(ROOT / "export.py"), f"run={run}", "culture=US", f"out={tmp_path / 'export'}"]
-    subprocess.run(export, cwd=ROOT, check=True, capture_output=True, text=True, timeout=scaled(300))
+    run_python(export, cwd=ROOT, check=True, capture_output=True, text=True, timeout=scaled(300))
     folder = tmp_path / "export" / "US"
     card, manifest = (json.loads((folder / name).read_text()) for name in ("culture_card.json", "manifest.json"))
     run_manifest, metrics = (json.loads((run / name).read_text()) for name in ("manifest.json", "metrics.json"))
@@ -288,7 +287,7 @@ def test_a_culture_model_on_mhc_is_scored_by_the_head_it_names(train_run, tmp_pa
     train_run("model=text", *SMALL_DATA, "debug=limit", env={"CROSSMOD_RUN_ID": "cultures"})
     run = train_run.log_dir / "synthetic_text" / "runs" / "cultures"
     common = (f"ckpt={run}", "data=mhc", f"data.raw_dir={raw}", f"paths.data_dir={train_run.data_dir}", "split=all")
-    refused = subprocess.run(
+    refused = run_python(
         [sys.executable, str(ROOT / "evaluate.py"), *common, f"out={tmp_path / 'refused'}"],
         cwd=ROOT,
         capture_output=True,

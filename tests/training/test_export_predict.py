@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,13 +12,14 @@ import torch
 
 from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.datamodules.sources import layouts
+from tests.zygote import run_python
 from training.artifacts import export_culture, load_culture, run_model
 from training.bases import BaseModelError
 from training.resolvers import tiny_vlm
 
 
 def _cli(script: str, *args: str) -> None:
-    result = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600))
+    result = run_python([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600))
     assert result.returncode == 0, result.stderr[-4000:]
 
 

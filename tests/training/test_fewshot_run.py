@@ -20,6 +20,7 @@ from PIL import Image
 
 from evaluation.fewshot_scores import STAGE_CLASSES, parse_stage_answer, stage_scores
 from tests.conftest import ROOT, scaled
+from tests.zygote import run_python
 
 LABELS = ["normal", "hateful", "dangerous", "offensive", "undecided"]
 TAGS = ["cats", "dogs", "politics", "sports"]
@@ -87,7 +88,7 @@ def test_entry_point_writes_the_side_by_side_report_and_reuses_the_embedding_cac
     def fewshot(run_id: str, *extra: str) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "training.fewshot", *overrides(raw_dir, qwen, clip, data_dir), f"paths.log_dir={logs}", *extra]
         env = {**os.environ, "HYDRA_FULL_ERROR": "1", "CROSSMOD_RUN_ID": run_id}
-        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
+        result = run_python(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
         return result
 

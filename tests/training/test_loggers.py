@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import ROOT, SMALL_DATA
+from tests.zygote import run_python
 from training.runs import redact
 from training.wandb_offline import read_offline_run
 
@@ -52,7 +52,7 @@ def test_wandb_offline_run_holds_per_culture_metrics_group_and_media(train_run):
         assert table[f"predictions/{stage}/nrows"] == sum(1 for _ in open(run_dir / "predictions" / f"{stage}.csv")) - 1
 
     # the documented command prints the same summary
-    printed = subprocess.run(
+    printed = run_python(
         [sys.executable, "-m", "training.wandb_offline", str(offline[0]), "--part", "summary"],
         cwd=ROOT,
         capture_output=True,

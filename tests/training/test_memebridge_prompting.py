@@ -20,6 +20,7 @@ from PIL import Image
 
 from evaluation.memebridge import markdown, parse_emotions, parse_mcq, parse_sentiment
 from tests.conftest import ROOT, scaled
+from tests.zygote import run_python
 from training.memebridge import load_adapter, questions, score
 from training.memebridge_prompts import MemeBridgePrompts
 from training.resolvers import tiny_vlm
@@ -107,7 +108,7 @@ def memebridge(run_id: str, data_dir: Path, log_dir: Path, raw: Path, tiny_qwen:
         *(o for o in overrides if not o.startswith("-")),
     ]
     env = {**os.environ, "HYDRA_FULL_ERROR": "1", "CROSSMOD_RUN_ID": run_id, "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
+    result = run_python(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     return result
 

@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.training.test_export_predict import _scores, _shard_dir
+from tests.zygote import run_python
 from training.artifacts import load_culture
 from training.bases import BaseModelError, absolute_paths, folder_sha256
 from training.resolvers import tiny_text_encoder
@@ -27,7 +28,7 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # 
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return run_python(
         [sys.executable, str(ROOT / script), *args], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600)
     )
 
@@ -146,12 +147,12 @@ def test_every_job_takes_the_same_base_override_and_names_its_own_command(moved,
     )
     adapter, shards = tmp_path / "export" / "MX", _shard_dir(moved["run"])
     add = [sys.executable, "-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test", "--allow-held-out"]
-    failed = subprocess.run(add, cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
+    failed = run_python(add, cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
     assert (
         failed.returncode == 1
         and f"python -m training.retrieval_db add {adapter} {shards} model.text.name_or_path=<local copy>" in failed.stderr
     )
-    given = subprocess.run([*add, give], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
+    given = run_python([*add, give], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
     assert given.returncode == 0 and " added" in given.stdout, given.stderr[-3000:]
 
 

@@ -12,18 +12,19 @@ import pytest
 
 from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.datamodules.test_ocr import CAPTIONS, meme
+from tests.zygote import run_python
 
 pytestmark = pytest.mark.slow
 
 
 def _predict(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "predict.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600))
+    return run_python([sys.executable, str(ROOT / "predict.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600))
 
 
 def test_images_alone_need_ocr_or_an_explicit_allowance(train_run, tmp_path):
     train_run(*SMALL_DATA, "debug=limit", env={"CROSSMOD_RUN_ID": "ocr"})
     run = train_run.log_dir / "synthetic_concat" / "runs" / "ocr"
-    export = subprocess.run(
+    export = run_python(
         [sys.executable, str(ROOT / "export.py"), f"run={run}", "culture=DE", f"out={tmp_path / 'export'}"],
         cwd=ROOT,
         capture_output=True,

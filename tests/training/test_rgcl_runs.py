@@ -26,6 +26,7 @@ from datamodules.sample import Sample
 from datamodules.shards import write_shards
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.training.test_export_predict import _shard_dir
+from tests.zygote import run_python
 from training.retrieval_db import IDS_FILE
 
 RGCL = ("fold=0", "num_folds=3", "trainer.max_epochs=2", "+model.rgcl={weight: 0.5, loss: nll}", "+model.classify=retrieval")
@@ -33,7 +34,7 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
+    return run_python([sys.executable, *args], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
 
 
 @pytest.fixture(scope="module")

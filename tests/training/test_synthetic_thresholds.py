@@ -1,30 +1,24 @@
 """The synthetic memes behave as designed when trained for real (fixed seeds, default budget).
 
-Fusion (the default concat, and Visual BERT) must reach its val mean AUROC threshold (0.80 and 0.90: CHECKS); text-only and image-only stay at or below what their view of the
-memes allows on the validation split (the generator's measured ceiling) + CEILING_TOLERANCE; each culture's
-head scores measurably lower against a disagreeing culture's labels. The thresholds are scripts/learning_margins.py's
+Fusion (the default concat, and Visual BERT) must reach its val mean AUROC threshold (0.80 and 0.90: CHECKS); each
+culture's head scores measurably lower against a disagreeing culture's labels. The unimodal models' ceilings:
+test_unimodal_ceilings.py. The thresholds are scripts/learning_margins.py's
 CHECKS, each below the worst value measured over five seeds and one and two threads (docs/reproducibility.md).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from evaluation.alignment import alignment_matrix, read_predictions
-from scripts.learning_margins import CEILING_TOLERANCE, CHECKS
-from scripts.zoo_table import val_ceiling
-from tests.conftest import ROOT, scaled
+from scripts.learning_margins import CHECKS
+from tests.conftest import ROOT, scaled, stop_once_reached
+from tests.zygote import run_python
 
 pytestmark = pytest.mark.slow
-
-# The ceiling is P(label | view) fitted on the validation split itself, so no function of the view can beat
-# it there; a trained model can only exceed it through features that separate memes beyond the view (the
-# drawn scene's position, size, distractors), which carry nothing about the label but can fit val by chance:
-# CEILING_TOLERANCE.
 
 
 def _run(train_run, *overrides: str, name: str = "synthetic_concat") -> tuple[dict, object]:
@@ -44,7 +38,7 @@ def test_default_fusion_reaches_the_threshold_and_each_head_matches_its_own_cult
     assert matrix["US"]["US"] - matrix["US"]["CN"] >= CHECKS["concat_us_vs_cn"].threshold, matrix["US"]
     # evaluate.py on the same checkpoint shows the planted disagreement in its alignment report too.
     out = run_dir / "report"
-    result = subprocess.run(
+    result = run_python(
         [sys.executable, str(ROOT / "evaluate.py"), f"ckpt={run_dir}", f"paths.data_dir={train_run.data_dir}", f"out={out}"],
         cwd=ROOT,
         capture_output=True,
@@ -59,13 +53,6 @@ def test_default_fusion_reaches_the_threshold_and_each_head_matches_its_own_cult
 
 
 def test_visual_bert_learns_the_rule(train_run):
-    metrics, _ = _run(train_run, "model=visual_bert", "test=false", name="synthetic_visual_bert")
-    assert metrics["best"]["val"]["mean"]["auroc"] >= CHECKS["visual_bert"].threshold
-
-
-@pytest.mark.parametrize("model, view", [("text", "text_only"), ("image", "image_only")])
-def test_unimodal_models_stay_below_the_ceiling(train_run, model, view):
-    metrics, run_dir = _run(train_run, f"model={model}", "test=false", name=f"synthetic_{model}")
-    ceiling = val_ceiling(run_dir, view)
-    assert 0.6 < ceiling < 0.75  # the culture-specific pairs leave each view a little signal, never the rule
-    assert metrics["best"]["val"]["mean"]["auroc"] <= ceiling + CEILING_TOLERANCE, ceiling
+    threshold = CHECKS["visual_bert"].threshold  # stopped at its first validation reaching it (stop_once_reached)
+    metrics, _ = _run(train_run, "model=visual_bert", "test=false", stop_once_reached(threshold), name="synthetic_visual_bert")
+    assert metrics["best"]["val"]["mean"]["auroc"] >= threshold

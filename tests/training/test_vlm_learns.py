@@ -4,24 +4,23 @@ A tiny random VLM trained by `python train.py experiment=synthetic_vlm` (head mo
 ≥ 0.90; the same run with the image or the caption removed at load time (`data.ablate`) must
 fall to what the remaining modality allows (the generator's measured ceiling on the val split +
 CEILING_TOLERANCE). A bug that drops or misplaces the image tokens, reads the wrong position or trains the
-wrong weights fails here. Two more families must reach ≥ 0.85 in head mode. The verbalizer (answer-letter
-logits) must reach ≥ 0.85 from the head run's fine-tuned base (a random base does not learn it: the recipe says
-why), and the tag generator must write the memes' tags far better than the same model untrained.
+wrong weights fails here. The verbalizer (answer-letter logits) must reach ≥ 0.85 from the head run's fine-tuned
+base (a random base does not learn it: the recipe says why). Other families: test_vlm_families_learn.py; the tag
+generator: test_tag_generator_learns.py (their own modules, so the suite's workers share the trainings).
 """
 
 from __future__ import annotations
 
 import csv
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from scripts.learning_margins import ABLATION_EPOCHS, CEILING_TOLERANCE, CHECKS
-from scripts.zoo_table import TINY_VLM, val_ceiling
+from scripts.zoo_table import val_ceiling
 from tests.conftest import ROOT, TrainRun, scaled
+from tests.zygote import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +34,8 @@ def _train(train_run: TrainRun, experiment: str, *overrides: str) -> tuple[dict,
 @pytest.fixture(scope="module")
 def qwen_head(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     """`experiment=synthetic_vlm` trained once: its score, and its fine-tuned base for the verbalizer."""
+    # The full recipe, not stopped at the threshold (stop_once_reached): the verbalizer starts from its final base. Stopped
+    # at epoch 5 (0.922), that base gave the verbalizer 0.872, too close to its 0.85; the recipe's final one gave 0.91.
     return _train(TrainRun(data_dir, tmp_path_factory.mktemp("qwen-head")), "synthetic_vlm")
 
 
@@ -65,32 +66,12 @@ def test_qwen2_vl_head_without_a_modality_falls_to_its_ceiling(qwen_head, train_
     assert _val_after(qwen_head[1], ABLATION_EPOCHS) >= bound + CHECKS["qwen2_vl_head_after_ablation_budget"].threshold
 
 
-@pytest.mark.parametrize("kind", ["gemma3", "smolvlm"])
-def test_other_families_learn_the_rule_in_head_mode(train_run, kind):
-    # 4 of the recipe's 6 epochs (the zoo has 6): 0.946 and 0.913 measured, well above the target
-    metrics, _ = _train(train_run, "synthetic_vlm", TINY_VLM.format(kind=kind), "trainer.max_epochs=4")
-    assert metrics["best"]["val"]["mean"]["auroc"] >= CHECKS[f"{kind}_head"].threshold, kind
-
-
 def test_verbalizer_learns_to_answer_from_the_head_runs_base(qwen_head, train_run):
     """The recipe's two steps: export the head run's fine-tuned base as a model folder, train the verbalizer on it."""
     _, head_run = qwen_head
     export = [sys.executable, str(ROOT / "export.py"), f"run={head_run}", "culture=US", "merge=true", f"out={train_run.log_dir}/export"]
-    subprocess.run(export, cwd=ROOT, check=True, capture_output=True, text=True, timeout=scaled(300))
+    run_python(export, cwd=ROOT, check=True, capture_output=True, text=True, timeout=scaled(300))
     base = train_run.log_dir / "export" / "US" / "merged"
     assert (base / "config.json").is_file() and (base / "model.safetensors").is_file()
     metrics, _ = _train(train_run, "synthetic_vlm_verbalizer", f"model.name_or_path={base}")
     assert metrics["best"]["val"]["mean"]["auroc"] >= CHECKS["verbalizer"].threshold
-
-
-def test_tag_generator_writes_the_tags_far_better_than_untrained(train_run):
-    """Tag similarity of the test memes' greedy tags, trained vs the same model with no training (side by side)."""
-    similarity = {}
-    for name, epochs in (("untrained", 0), ("trained", None)):
-        overrides = ["experiment=synthetic_tag_generator", "seed=1234", *([f"trainer.max_epochs={epochs}"] if epochs == 0 else [])]
-        train_run(*overrides, env={"CROSSMOD_RUN_ID": name}, timeout=1200)
-        run_dir = train_run.log_dir / "synthetic_tag_generator" / "runs" / name
-        similarity[name] = train_run.metrics(run_dir)["best"]["test"]["tags"]["similarity"]
-        rows = [json.loads(line) for line in (run_dir / "tags" / "test.jsonl").read_text().splitlines()]
-        assert len(rows) == train_run.metrics(run_dir)["best"]["test"]["tags"]["memes"]
-    assert similarity["trained"] >= CHECKS["tag_generator"].threshold and similarity["trained"] - similarity["untrained"] >= 0.3, similarity

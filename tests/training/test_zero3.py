@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from tests.conftest import ROOT, SMALL_DATA, scaled
+from tests.zygote import run_python
 from training.artifacts import load_culture, run_model
 from training.consolidate import consolidate
 from training.resolvers import tiny_vlm
@@ -123,7 +123,7 @@ def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_
         assert probs == pytest.approx(expected, abs=1e-5)
 
     # export.py from the consolidated file: a PEFT culture folder giving the same DE logits
-    result = subprocess.run(
+    result = run_python(
         [
             sys.executable,
             str(ROOT / "export.py"),
@@ -192,7 +192,7 @@ def test_evaluate_under_zero3_scores_what_one_process_does(mode, request, data_d
     evaluations = {}
     for name, extra in (("one", ()), ("zero3", ("trainer=ddp_cpu", "strategy=deepspeed_zero3"))):
         extra += ("trainer.strategy.config.zero_optimization.stage3_param_persistence_threshold=0",) if extra else ()
-        evaluations[name] = subprocess.run(
+        evaluations[name] = run_python(
             [sys.executable, str(ROOT / "evaluate.py"), *common, *extra, f"out={tmp_path / name}"],
             cwd=ROOT,
             capture_output=True,

@@ -1,0 +1,90 @@
+"""The suite's forked commands (tests/zygote.py) behave as fresh interpreters do: same numbers, output, exit codes and
+timeouts; what a fork cannot reproduce goes to a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SMALL_DATA, TrainRun
+from tests.zygote import _ZYGOTE, run_python
+
+SCRIPT = """import os, sys
+print("to stdout", sys.argv[1:], os.getcwd(), sys.path[0])
+print("to stderr", os.environ.get("ZYGOTE_PROBE"), file=sys.stderr)
+if sys.argv[1] == "raise":
+    raise ValueError("raised")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("argument", ["0", "3", "raise"])
+def test_a_forked_command_prints_and_exits_as_a_fresh_one(tmp_path, argument):
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    command = [sys.executable, str(script), argument]
+    env = {**os.environ, "ZYGOTE_PROBE": "seen"}
+    assert _ZYGOTE.forkable(command, env)
+    forked = run_python(command, cwd=tmp_path, env=env)
+    fresh = run_python(command, cwd=tmp_path, env=env, fresh=True)
+    assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout)
+    assert forked.stderr == fresh.stderr and "to stderr seen" in forked.stderr
+    assert forked.returncode == {"0": 0, "3": 3, "raise": 1}[argument]
+    assert ("ValueError: raised" in forked.stderr) == (argument == "raise")
+
+
+def test_a_timeout_stops_the_forked_command_and_what_it_started(tmp_path):
+    marker = tmp_path / "child.pid"
+    script = tmp_path / "sleeper.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(marker)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(600)\n"
+    )
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_python([sys.executable, str(script)], cwd=tmp_path, timeout=20)
+    assert time.monotonic() - started < 60
+    status = Path(f"/proc/{marker.read_text()}/status")
+    for _ in range(50):  # gone, or a zombie waiting for whichever process adopted it to reap it
+        if not status.exists() or "State:\tZ" in status.read_text():
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the command's own process {marker.read_text()} outlived the timeout")
+
+
+def test_what_a_fork_cannot_reproduce_gets_a_fresh_interpreter():
+    env = dict(os.environ)
+    assert not _ZYGOTE.forkable([sys.executable, "-c", "pass"], env)  # interpreter flags
+    assert not _ZYGOTE.forkable([sys.executable, "train.py"], {**env, "OMP_NUM_THREADS": "7"})  # read at import
+    assert not _ZYGOTE.forkable([sys.executable, "train.py"], {**env, "HF_HUB_OFFLINE": "0" if env.get("HF_HUB_OFFLINE") == "1" else "1"})
+    assert not _ZYGOTE.forkable(["bash", "-c", "true"], env)
+
+
+def test_a_forked_training_gives_the_fresh_interpreters_numbers(data_dir, tmp_path):
+    runs = {}
+    for name in ("forked", "fresh"):
+        runner = TrainRun(data_dir, tmp_path / name)
+        runner(*SMALL_DATA, "debug=limit", "seed=3", env={"CROSSMOD_RUN_ID": name}, fresh=name == "fresh")
+        run_dir = runner.log_dir / "synthetic_concat" / "runs" / name
+        runs[name] = (json.loads((run_dir / "metrics.json").read_text()), (run_dir / "predictions" / "test.csv").read_text())
+    assert runs["forked"][1] == runs["fresh"][1]
+    assert runs["forked"][0]["best"] == runs["fresh"][0]["best"]
+
+
+def test_the_zygote_never_imports_crossmod(tmp_path):
+    """Each command imports crossmod's modules itself, from the files as they are when it starts."""
+    script = tmp_path / "modules.py"
+    script.write_text("import sys; print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    loaded = set(run_python([sys.executable, str(script)], cwd=tmp_path).stdout.split())
+    assert "torch" in loaded and "lightning" in loaded  # forked: the stack is there before the script imports it
+    crossmod = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name != "tests"}
+    assert crossmod and not crossmod & loaded
