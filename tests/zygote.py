@@ -52,9 +52,17 @@ def _serve(socket_path: str) -> dict | None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(socket_path)
     server.listen(16)
+    server.settimeout(5)
+    parent = os.getppid()
     print("ready", flush=True)
     while True:
-        connection, _ = server.accept()
+        try:
+            connection, _ = server.accept()
+        except TimeoutError:
+            if os.getppid() != parent:  # the pytest worker is gone (killed, crashed): nothing will ask again
+                return None
+            continue
+        connection.settimeout(None)
         request = json.loads(connection.makefile("r").readline())
         if request.get("stop"):
             return None

@@ -151,10 +151,11 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
         ckpt_path = None
     scores: dict[str, Any] = {}
     with scoring_weights_in_memory(trainer):  # ckpt_path=None means these weights, also after a SLURM requeue
+        # Lightning returns no results for a loop limited to 0 batches (trainer.limit_val_batches=0): nothing to add
         if not no_validation:
-            scores.update(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
+            scores.update(next(iter(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
         if cfg.get("test", True) and datamodule.has_test_stage:
-            scores.update(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)[0])
+            scores.update(next(iter(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
     if cfg.get("test", True) and not datamodule.has_test_stage:
         rank_zero_info(f"dataset {datamodule.manifest['dataset']} has no test split {datamodule.test_splits}: no test stage.")
     rule = datamodule.selection_rule

@@ -67,3 +67,12 @@ def test_without_a_full_last_checkpoint_the_best_one_stays_resumable(train_run):
     )  # fmt: skip
     (best,) = (train_run.log_dir / "synthetic_concat" / "runs" / "only" / "checkpoints").glob("*.ckpt")
     assert best.name != "last.ckpt" and set(TRAINING_STATE) <= set(_load(best))
+
+
+def test_a_run_without_validation_batches_scores_its_final_weights(data_dir, tmp_path):
+    """`trainer.limit_val_batches=0`: nothing to rank, so the final weights are tested (and said to be), no crash."""
+    train_run = TrainRun(data_dir, tmp_path / "runs")
+    train_run(*SMALL_DATA, "debug=limit", "trainer.limit_val_batches=0", "print_table=false", env={"CROSSMOD_RUN_ID": "n"})
+    metrics = json.loads((train_run.log_dir / "synthetic_concat" / "runs" / "n" / "metrics.json").read_text())
+    assert metrics["selection"]["weights"] == "final" and "no checkpoint selected" in metrics["selection"]["description"]
+    assert metrics["best"]["test"]["mean"]["auroc"] == metrics["best"]["test"]["mean"]["auroc"]  # scored, not NaN
