@@ -13,6 +13,7 @@ import pytest
 
 from scripts.bench_table import ORDER, README, RESULTS, load_results, readme_block, render
 from tests.conftest import ROOT, scaled
+from tests.zygote import run_python
 
 SCRIPTS = ORDER  # every script make bench runs
 TIMEOUT = 420
@@ -20,29 +21,15 @@ TIMEOUT = 420
 
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
-    """All scripts with --smoke at once (each is mostly imports and startup), results in a temp dir."""
+    """Every script with --smoke, one after the other (each is mostly startup: forked, tests/zygote.py), results in a
+    temp dir."""
     out = tmp_path_factory.mktemp("bench")
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore"}
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--smoke", "--out", str(out / f"{name}.json")],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for name in SCRIPTS
-    }
+    env = {**os.environ, "WANDB_MODE": "disabled"}
     runs = {}
-    for name, proc in procs.items():
-        try:
-            stdout, _ = proc.communicate(timeout=scaled(TIMEOUT))
-        except subprocess.TimeoutExpired:
-            for other in procs.values():
-                other.kill()
-            raise
-        runs[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, stdout, ""), out / f"{name}.json")
+    for name in SCRIPTS:
+        command = [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--smoke", "--out", str(out / f"{name}.json")]
+        done = run_python(command, cwd=ROOT, env=env, timeout=scaled(TIMEOUT))
+        runs[name] = (subprocess.CompletedProcess(command, done.returncode, done.stdout + done.stderr, ""), out / f"{name}.json")
     return runs
 
 
@@ -120,7 +107,7 @@ def test_the_file_loader_baseline_makes_the_same_model_inputs_as_crossmod_withou
 def test_the_gpu_throughput_script_runs_its_whole_report_on_cpu_flagged_as_no_gpu_figure(tmp_path):
     """bench/gpu_throughput.py measures on CUDA only; `--cpu-smoke` runs the same path on a tiny config on CPU."""
     out = tmp_path / "gpu_throughput.json"
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "WANDB_MODE": "disabled"}
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "gpu_throughput.py"), "--cpu-smoke", "--out", str(out)],
         cwd=ROOT,
