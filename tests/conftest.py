@@ -27,6 +27,12 @@ os.environ.setdefault("CROSSMOD_CACHE_KEY_FILE", str(Path(tempfile.gettempdir())
 # Under pytest-xdist (make test) the workers share the cores: each worker, and every training subprocess it starts,
 # computes on its share. Left at torch's default (one thread per core) every process spins OpenMP threads on cores
 # the other worker holds, and a training ran 2–3× slower than alone.
+# As training/__init__.py sets it before crossmod's first torch import; set here, before the suite's own, so that torch,
+# loaded once by this worker's zygote (tests/zygote.py), reads the value a fresh `python train.py` has.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The suite never uses the network: every command is offline (and so forkable from one zygote, read at import).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(_threads)

@@ -61,6 +61,7 @@ def test_a_timeout_stops_the_forked_command_and_what_it_started(tmp_path):
         raise AssertionError(f"the command's own process {marker.read_text()} outlived the timeout")
 
 
+@pytest.mark.filterwarnings("ignore:fresh interpreter")  # what these probes are meant to cause
 def test_what_a_fork_cannot_reproduce_gets_a_fresh_interpreter():
     env = dict(os.environ)
     assert not _ZYGOTE.forkable([sys.executable, "-c", "pass"], env)  # interpreter flags
