@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.zygote import _ZYGOTE as ZYGOTE
 from tests.zygote import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +40,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(_threads)
+
+# The zygote (tests/zygote.py) starts with the environment as set above, whichever test happens to start it.
+ZYGOTE.use_environment(dict(os.environ))
 
 # Modules that take minutes (trainings, the cluster, every benchmark at once) go to the workers first, so the short
 # modules fill in around them and no worker is left running a long one alone at the end (longest first).

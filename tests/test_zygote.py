@@ -68,6 +68,9 @@ def test_what_a_fork_cannot_reproduce_gets_a_fresh_interpreter():
     assert not _ZYGOTE.forkable([sys.executable, "train.py"], {**env, "OMP_NUM_THREADS": "7"})  # read at import
     assert not _ZYGOTE.forkable([sys.executable, "train.py"], {**env, "HF_HUB_OFFLINE": "0" if env.get("HF_HUB_OFFLINE") == "1" else "1"})
     assert not _ZYGOTE.forkable(["bash", "-c", "true"], env)
+    # what libraries set in the worker while tests run is not read at import: it must not end forking for the session
+    runtime = {"KMP_DUPLICATE_LIB_OK": "True", "LD_LIBRARY_PATH": "/opt/ops", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x", "PL_GLOBAL_SEED": "1"}
+    assert _ZYGOTE.forkable([sys.executable, "train.py"], {**env, **runtime})
 
 
 def test_a_forked_training_gives_the_fresh_interpreters_numbers(data_dir, tmp_path):

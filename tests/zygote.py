@@ -36,8 +36,9 @@ PRELOAD = ("torch", "transformers", "lightning", "hydra", "omegaconf", "webdatas
 NOT_PRELOADED = ("wandb", "timm", "peft", "deepspeed")
 # Variables read while the preloaded libraries are imported or loaded (libgomp reads OMP_* when torch loads it): a
 # command whose values differ from the zygote's gets a fresh interpreter. Others that libraries set at run time in the
-# pytest worker (KMP_*, TORCHINDUCTOR_CACHE_DIR, PL_GLOBAL_SEED) are read later, by the command itself.
-IMPORT_TIME_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "PYTHON", "LD_", "CUDA_VISIBLE_DEVICES")
+# pytest worker (KMP_*, TORCHINDUCTOR_CACHE_DIR, PL_GLOBAL_SEED, LD_LIBRARY_PATH for JIT-built ops) are not read at
+# import: they would send every later command to a fresh interpreter.
+IMPORT_TIME_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "PYTHON", "LD_PRELOAD", "CUDA_VISIBLE_DEVICES")
 
 
 def _import_time_env(env: dict[str, str]) -> dict[str, str]:
@@ -145,9 +146,14 @@ class Zygote:
         self.lock = threading.Lock()
         self.reported: set[tuple[str, ...]] = set()
 
+    def use_environment(self, env: dict[str, str]) -> None:
+        """The environment the zygote starts with, taken once the suite has set its own variables (tests/conftest.py):
+        not whatever a test has patched at the moment the first command starts it."""
+        self.env = dict(env)
+
     def _start(self) -> None:
         root = Path(__file__).resolve().parents[1]
-        self.env = dict(os.environ)
+        self.env = self.env or dict(os.environ)
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -155,6 +161,7 @@ class Zygote:
                 f"import sys; sys.path.insert(0, {str(root)!r}); from tests.zygote import main; main({self.socket_path!r}, {str(root)!r})",
             ],
             cwd=root,
+            env=self.env,
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
