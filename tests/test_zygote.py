@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, SMALL_DATA, TrainRun
-from tests.zygote import _ZYGOTE, run_python
+from tests.zygote import _ZYGOTE, Zygote, run_python
 
 SCRIPT = """import os, sys
 print("to stdout", sys.argv[1:], os.getcwd(), sys.path[0])
@@ -92,3 +92,16 @@ def test_the_zygote_never_imports_crossmod(tmp_path):
     assert "torch" in loaded and "lightning" in loaded  # forked: the stack is there before the script imports it
     crossmod = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name != "tests"}
     assert crossmod and not crossmod & loaded
+
+
+def test_a_stopped_zygote_leaves_no_folder_behind(tmp_path):
+    zygote = Zygote()
+    zygote.use_environment(dict(os.environ))
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    assert zygote.forkable([sys.executable, str(script), "0"], dict(os.environ))
+    assert zygote.run([sys.executable, str(script), "0"], cwd=tmp_path, env=dict(os.environ), timeout=60).returncode == 0
+    folder = zygote.folder
+    assert folder is not None and folder.is_dir()
+    zygote.stop()
+    assert not folder.exists() and zygote.process.poll() is not None

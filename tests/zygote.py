@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -141,8 +142,8 @@ class Zygote:
     def __init__(self) -> None:
         self.process: subprocess.Popen | None = None
         self.env: dict[str, str] = {}
-        self.folder = Path(tempfile.mkdtemp(prefix="crossmod-zygote-"))
-        self.socket_path = str(self.folder / "socket")
+        self.folder: Path | None = None  # made when the zygote starts, removed when it stops
+        self.socket_path = ""
         self.lock = threading.Lock()
         self.reported: set[tuple[str, ...]] = set()
 
@@ -154,6 +155,9 @@ class Zygote:
     def _start(self) -> None:
         root = Path(__file__).resolve().parents[1]
         self.env = self.env or dict(os.environ)
+        self.folder = Path(tempfile.mkdtemp(prefix="crossmod-zygote-"))
+        self.socket_path = str(self.folder / "socket")
+        atexit.register(self.stop)
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -167,7 +171,6 @@ class Zygote:
             text=True,
         )
         assert self.process.stdout.readline().strip() == "ready", "the zygote did not start"
-        atexit.register(self.stop)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -178,6 +181,9 @@ class Zygote:
                 self.process.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)  # the socket and any output a timed-out command left
+            self.folder = None
 
     def forkable(self, command: list[str], env: dict[str, str]) -> bool:
         if os.environ.get("CROSSMOD_TESTS_FRESH") == "1" or len(command) < 2 or command[0] != sys.executable:
