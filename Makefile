@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: env train test test-floor lint clean bench constraints
+.PHONY: env train test test-floor lint clean bench constraints wheelhouse
 
 env: $(STAMP)
 
@@ -25,6 +25,15 @@ constraints:
 
 train: $(STAMP)
 	$(PY) train.py $(ARGS)
+
+# The wheels a GPU node with no package index needs beyond its base image (docs/cluster.md): BASE=<the node's
+# `pip list --format=freeze`>; EXTRAS=deepspeed,wandb … for optional parts; refused over BUDGET_MIB.
+PYTHON_VERSION ?= 3.12
+PLATFORM ?= manylinux_2_28_x86_64
+BUDGET_MIB ?= 60
+wheelhouse: $(STAMP)
+	$(PY) scripts/wheelhouse.py --base $(BASE) --python-version $(PYTHON_VERSION) --platform $(PLATFORM) \
+		--budget-mib $(BUDGET_MIB) $(if $(EXTRAS),--extras $(EXTRAS))
 
 # One pytest worker per core, at most 4 (TEST_WORKERS=1: one process); a module's tests stay on one worker (its fixtures run once).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))

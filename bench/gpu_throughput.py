@@ -203,6 +203,34 @@ def run_worker(args) -> None:
                 torch.cuda.synchronize()
             self.ends.append(time.perf_counter())
 
+    class AttentionKernels(Callback):
+        """Which SDPA backend and device kernels ran: ATen's attention ops and the attention kernels of one warmup step
+        under torch.profiler (attn_implementation says what was asked for; this says what PyTorch dispatched to)."""
+
+        def __init__(self, step: int) -> None:
+            self.step, self.profiler, self.ops, self.kernels = step, None, [], []
+
+        def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+            if batch_idx == self.step:
+                activities = [torch.profiler.ProfilerActivity.CPU] + (
+                    [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+                )
+                self.profiler = torch.profiler.profile(activities=activities)
+                self.profiler.__enter__()
+
+        def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if batch_idx == self.step and self.profiler is not None:
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                self.profiler.__exit__(None, None, None)
+                names = {event.name for event in self.profiler.events()}
+                attention = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention", "flash_attn")
+                self.ops = sorted(n for n in names if n.startswith("aten::") and any(a in n for a in attention))
+                self.kernels = sorted(
+                    n for n in names if not n.startswith("aten::") and any(k in n.lower() for k in ("flash", "fmha", "attention"))
+                )[:8]
+
+    kernels = AttentionKernels(step=max(0, args.warmup - 1))  # a warmup step: its profiling stays out of the timed window
     timer = StepEnds()
     trainer = L.Trainer(
         accelerator="cpu" if cpu else "gpu",
@@ -216,7 +244,7 @@ def run_worker(args) -> None:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[timer],
+        callbacks=[kernels, timer],  # the profiler stops before the step's end is timed
     )
     module = lora_module(config, attention, torch.float32 if cpu else torch.bfloat16)
     length = (args.warmup + args.steps + 1) * args.batch_size * devices
@@ -234,6 +262,8 @@ def run_worker(args) -> None:
             "world_size": trainer.world_size,
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
             "attn_implementation": attention,
+            "attention_ops": kernels.ops,
+            "attention_kernels": kernels.kernels,
             "precision": precision,
             "batch_size_per_device": args.batch_size,
             "step_ends": timer.ends,
@@ -298,7 +328,16 @@ def report(runs: dict[str, dict[str, Any]], errors: dict[str, str], args) -> Non
         extra = {k: v for k, v in whole.items() if k not in ("memes", "seconds")}
         if run["peak_rss_bytes"]:
             extra["peak_rss_bytes_cpu_process"] = run["peak_rss_bytes"]  # host memory of the CPU smoke run, not GPU memory
-        result.variant(name, "memes/s", per_window[name], device=device, attn_implementation=run["attn_implementation"], **extra)
+        result.variant(
+            name,
+            "memes/s",
+            per_window[name],
+            device=device,
+            attn_implementation=run["attn_implementation"],
+            attention_ops=run.get("attention_ops", []),
+            attention_kernels=run.get("attention_kernels", []),
+            **extra,
+        )
         if peak is None:
             result.note(f"{name}: no peak bf16 figure for {device!r} in bench/mfu.py; pass --peak-tflops to get MFU.")
     if "ddp" in per_window and "deepspeed_zero3" in per_window:

@@ -48,6 +48,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (same for both variants)")
+    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"), help="where the model generates (bench/gpu_proof.py: gpu)")
     p.add_argument(
         "--num-workers", type=int, default=1, help="loader workers preparing the batches, as zeroshot.num_workers (same for both variants)"
     )
@@ -70,11 +71,11 @@ def main() -> None:
     base.generation_config.min_new_tokens = new_tokens  # every meme generates exactly max_new_tokens tokens
     recorder = GenerateRecorder(base)
     records = [raw_dict(s) for s in synthetic_samples(memes, image_size=128)]
-    trainer = single_device_trainer("cpu")  # the loop zeroshot.py runs: Lightning's predict loop
+    trainer = single_device_trainer(args.accelerator)  # the loop zeroshot.py runs: Lightning's predict loop
 
     result = Result(
         NAME,
-        f"Zero-shot answers/s: answer_all with batch {batch_size} against batch 1 (tiny random Qwen2-VL, CPU)",
+        f"Zero-shot answers/s: answer_all with batch {batch_size} against batch 1 (tiny random Qwen2-VL, {args.accelerator.upper()})",
         args,
         {
             "model": " ".join(overrides),

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
 RECIPES = sorted((ROOT / "configs" / "experiment").glob("*.yaml"))
-PROGRAMS = ("python", "sbatch", "make", "wandb", "sudo", "aws", "pip", "apt-get")
+PROGRAMS = ("python", "sbatch", "make", "wandb", "sudo", "aws", "pip", "apt-get", "bash")
 STARTS_WITH_PROGRAM = re.compile(rf"({'|'.join(map(re.escape, PROGRAMS))})(\s|$)")
 PLACEHOLDER_PATH = "/placeholder/path"
 # a group placeholder (`data=<dataset>`, `experiment=<name>`, `data=…`) gets an option that needs nothing else

@@ -63,7 +63,7 @@ def kind_of(command: Command) -> str:
         return "hydra"
     if program == "sbatch":
         return "sbatch"
-    if program in ("make", "pip", "wandb") or program in EXTERNAL:
+    if program in ("make", "pip", "wandb", "bash") or program in EXTERNAL:
         return program if program not in EXTERNAL else "external"
     if ARGPARSE_PROGRAMS.match(program):
         return "argparse"
@@ -97,7 +97,7 @@ def check_composed(command: Command, config_name: str, overrides: list[str]) -> 
 
 def test_the_docs_show_commands_of_every_kind():
     kinds = {kind_of(c) for c in COMMANDS}
-    assert {"hydra", "sbatch", "argparse", "make", "pip", "wandb"} <= kinds
+    assert {"hydra", "sbatch", "argparse", "make", "pip", "wandb", "bash"} <= kinds
     unread = [str(c) for c in COMMANDS if kind_of(c) == "other"]
     assert not unread, "commands this test cannot check:\n" + "\n".join(unread)
     assert len(by_kind("hydra")) >= 60
@@ -161,11 +161,21 @@ def test_make_targets_and_pip_extras_exist():
     for command in by_kind("make"):
         target = command.argv[1]
         assert re.search(rf"^{target}:", makefile, re.M), f"{command}: no make target {target}"
-        if any(a.startswith("ARGS=") for a in command.argv):
-            assert re.search(rf"^{target}:.*\n(\t.*\n)*\t.*\$\(ARGS\)", makefile, re.M), f"{command}: {target} ignores ARGS"
+        for variable in (a.split("=")[0] for a in command.argv[2:] if re.match(r"[A-Z_]+=", a)):
+            assert re.search(rf"^{target}:.*\n(\t.*\n)*\t.*\$\({variable}\)", makefile, re.M), f"{command}: {target} ignores {variable}"
     for command in by_kind("pip"):
         for extra in re.findall(r"\[([\w,]+)\]", " ".join(command.argv)):
             assert set(extra.split(",")) <= extras, f"{command}: setup.cfg has no extra {extra}"
+
+
+@pytest.mark.parametrize("command", by_kind("bash"), ids=ids(by_kind("bash")))
+def test_shell_scripts_exist_and_take_the_documented_flags(command: Command):
+    """`bash <script> [--flag …]`: the script is in the repository and handles each documented flag (the scripts
+    themselves are run by their tests: tests/test_gpu_proof.py)."""
+    script = ROOT / command.argv[1]
+    assert script.is_file(), f"{command}: no {command.argv[1]}"
+    for flag in (a for a in command.argv[2:] if a.startswith("--")):
+        assert f'"{flag}"' in script.read_text(), f"{command}: {command.argv[1]} does not handle {flag}"
 
 
 def test_wandb_sweep_files_exist():
