@@ -53,6 +53,7 @@ LONG_MODULES = (
     "tests/slurm/test_local_cluster.py",
     "tests/training/test_vlm_families_learn.py",
     "tests/test_bench_smoke.py",
+    "tests/test_gpu_proof.py",
     "tests/training/test_synthetic_thresholds.py",
     "tests/training/test_zero3.py",
     "tests/training/test_zero3_families.py",
@@ -67,6 +68,7 @@ LONG_MODULES = (
     "tests/training/test_portable_exports.py",
     "tests/training/test_interruption.py",
     "tests/training/test_same_seed.py",
+    "tests/test_wheelhouse.py",
 )
 
 
