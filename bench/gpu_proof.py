@@ -12,7 +12,8 @@ Sections (GPU / CPU smoke):
 - gpu_tests: the `gpu`-marked tests (on CPU they are collected and skipped);
 - throughput_2b: Qwen2-VL-2B-sized LoRA head training, bf16, one GPU, under `strategy=ddp` and `strategy=deepspeed_zero3`
   (bench/gpu_throughput.py: memes/s, tokens/s, MFU from crossmod's FLOP count, peak memory, the SDPA backend and
-  kernels that ran); CPU smoke: the tiny config under DDP;
+  kernels that ran), and transformers.Trainer + PEFT on the same batches for the ratio; CPU smoke: the tiny config
+  under DDP and the Trainer;
 - zero3_7b: a Qwen2-VL-7B-sized ZeRO-3 run of a few steps, its peak memory beside docs/performance.md's plan
   (bench/results/memory_plan.json); CPU smoke: the tiny config under ZeRO-3;
 - zeroshot_batching: zero-shot answers batched (16) against one at a time, generated on the GPU through the predict loop

@@ -42,6 +42,7 @@ from common import ROOT, Result, compose, parser, repeats  # noqa: E402
 
 NAME = "gpu_throughput"
 STRATEGIES = ("ddp", "deepspeed_zero3")
+HF_TRAINER = "hf_trainer"  # not a strategy: transformers.Trainer + PEFT on the same batches, the ratio's baseline
 CULTURES = ("US", "DE", "MX", "IN", "CN")
 HEADS = {culture: {"kind": "binary"} for culture in CULTURES}
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05}
@@ -59,7 +60,11 @@ def arguments(argv: list[str] | None = None):
     p = parser("Qwen2-VL LoRA training throughput and MFU on GPUs (DDP, DeepSpeed ZeRO-3)", default_repeats=3)
     p.add_argument("--cpu-smoke", action="store_true", help="the tiny config on CPU, results to bench/results/smoke/ (no GPU figure)")
     p.add_argument("--config", default="qwen2-vl-7b", choices=sorted(PUBLISHED))
-    p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated configs/strategy/ names")
+    p.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES),
+        help=f"comma-separated configs/strategy/ names, and {HF_TRAINER}: transformers.Trainer + PEFT on the same batches",
+    )
     p.add_argument("--devices", type=int, default=None, help="GPUs per run (default: all visible)")
     p.add_argument("--batch-size", type=int, default=16, help="memes per device per step")
     p.add_argument("--image-size", type=int, default=512)
@@ -177,8 +182,118 @@ def strategy_and_precision(name: str, batch_size: int, cpu: bool) -> tuple[Any, 
     return instantiate(cfg.trainer.strategy), OmegaConf.select(cfg, "trainer.precision")
 
 
+class AttentionProfile:
+    """Which SDPA backend and device kernels ran: ATen's attention ops and the attention kernels of one warm-up step
+    under torch.profiler (attn_implementation says what was asked for; this says what PyTorch dispatched to). The
+    profiler stops before the step's end is timed, so its work stays out of the measured windows."""
+
+    ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention", "flash_attn")
+
+    def __init__(self) -> None:
+        self.profiler: Any = None
+        self.ops: list[str] = []
+        self.kernels: list[str] = []
+
+    def start(self) -> None:
+        import torch
+
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self.profiler = torch.profiler.profile(activities=activities)
+        self.profiler.__enter__()
+
+    def stop(self) -> None:
+        import torch
+
+        if self.profiler is None:
+            return
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.profiler.__exit__(None, None, None)
+        names = {event.name for event in self.profiler.events()}
+        self.ops = sorted(n for n in names if n.startswith("aten::") and any(a in n for a in self.ATTENTION))
+        device = (n for n in names if not n.startswith("aten::") and any(k in n.lower() for k in ("flash", "fmha", "attention")))
+        self.kernels = sorted(device)[:8]
+        self.profiler = None
+
+
+def run_hf_worker(args) -> None:
+    """The baseline of the ratio: transformers.Trainer + PEFT LoRA (q, v) + a linear head on the last token
+    (bench/hf_baseline.py), on the same config, memes and batch size, one device, bf16 on GPU (TrainingArguments.bf16)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, Trainer, TrainerCallback
+
+    from bench.hf_baseline import LastTokenClassifier, training_arguments
+    from models.vlm.classifier import model_inputs, resolve_attn_implementation
+
+    cpu = args.cpu_smoke
+    if cpu:
+        torch.set_num_threads(1)
+    config = model_config(args)
+    image_size, text_tokens = image_and_text(args)
+    attention = "sdpa" if cpu else resolve_attn_implementation("auto")
+    base = AutoModelForImageTextToText.from_config(config, dtype=torch.float32 if cpu else torch.bfloat16, attn_implementation=attention)
+    model = LastTokenClassifier(base, len(CULTURES), LORA)
+    memes = _Memes(config, image_size, text_tokens, (args.warmup + args.steps + 1) * args.batch_size)
+
+    def hf_collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = collate(items)
+        return {**model_inputs(batch), "labels": torch.stack([batch["labels"][c] for c in CULTURES], dim=1)}
+
+    class Timing(TrainerCallback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+            self.profile = AttentionProfile()
+
+        def on_step_begin(self, arguments: Any, state: Any, control: Any, **unused: Any) -> None:
+            if state.global_step == max(0, args.warmup - 1):
+                self.profile.start()
+
+        def on_step_end(self, arguments: Any, state: Any, control: Any, **unused: Any) -> None:
+            if state.global_step - 1 == max(0, args.warmup - 1):
+                self.profile.stop()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.ends.append(time.perf_counter())
+
+    timing = Timing()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = dict(per_device_train_batch_size=args.batch_size, max_steps=args.warmup + args.steps, bf16=not cpu)
+        trainer = Trainer(
+            model=model, args=training_arguments(tmp, LR, use_cpu=cpu, **settings), train_dataset=memes, data_collator=hf_collate
+        )
+        trainer.add_callback(timing)
+        error = None
+        try:
+            trainer.train()
+        except torch.cuda.OutOfMemoryError as oom:
+            error = f"CUDA out of memory at batch size {args.batch_size}: {str(oom).splitlines()[0]}"
+    args.worker_out.write_text(
+        json.dumps(
+            {
+                "strategy": "hf_trainer",
+                "world_size": 1,
+                "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                "attn_implementation": attention,
+                "attention_ops": timing.profile.ops,
+                "attention_kernels": timing.profile.kernels,
+                "precision": "32-true" if cpu else "bf16 weights, bf16 autocast (TrainingArguments.bf16)",
+                "batch_size_per_device": args.batch_size,
+                "step_ends": timing.ends,
+                "peak_memory_bytes_per_rank": [torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0],
+                "peak_rss_bytes": _peak_rss() if cpu else None,
+                "error": error,
+            }
+        )
+    )
+    if error is not None:
+        raise SystemExit(3)
+
+
 def run_worker(args) -> None:
     """One strategy's training run (every rank executes this); rank 0 writes the measurements to --worker-out."""
+    if args.worker == HF_TRAINER:
+        run_hf_worker(args)
+        return
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import Callback
@@ -204,31 +319,16 @@ def run_worker(args) -> None:
             self.ends.append(time.perf_counter())
 
     class AttentionKernels(Callback):
-        """Which SDPA backend and device kernels ran: ATen's attention ops and the attention kernels of one warmup step
-        under torch.profiler (attn_implementation says what was asked for; this says what PyTorch dispatched to)."""
-
         def __init__(self, step: int) -> None:
-            self.step, self.profiler, self.ops, self.kernels = step, None, [], []
+            self.step, self.profile = step, AttentionProfile()
 
         def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
             if batch_idx == self.step:
-                activities = [torch.profiler.ProfilerActivity.CPU] + (
-                    [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else []
-                )
-                self.profiler = torch.profiler.profile(activities=activities)
-                self.profiler.__enter__()
+                self.profile.start()
 
         def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-            if batch_idx == self.step and self.profiler is not None:
-                if torch.cuda.is_available():
-                    torch.cuda.synchronize()
-                self.profiler.__exit__(None, None, None)
-                names = {event.name for event in self.profiler.events()}
-                attention = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention", "flash_attn")
-                self.ops = sorted(n for n in names if n.startswith("aten::") and any(a in n for a in attention))
-                self.kernels = sorted(
-                    n for n in names if not n.startswith("aten::") and any(k in n.lower() for k in ("flash", "fmha", "attention"))
-                )[:8]
+            if batch_idx == self.step:
+                self.profile.stop()
 
     kernels = AttentionKernels(step=max(0, args.warmup - 1))  # a warmup step: its profiling stays out of the timed window
     timer = StepEnds()
@@ -262,8 +362,8 @@ def run_worker(args) -> None:
             "world_size": trainer.world_size,
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
             "attn_implementation": attention,
-            "attention_ops": kernels.ops,
-            "attention_kernels": kernels.kernels,
+            "attention_ops": kernels.profile.ops,
+            "attention_kernels": kernels.profile.kernels,
             "precision": precision,
             "batch_size_per_device": args.batch_size,
             "step_ends": timer.ends,
@@ -346,6 +446,11 @@ def report(runs: dict[str, dict[str, Any]], errors: dict[str, str], args) -> Non
         )
         result.row(f"{config_name} LoRA step, memes/s", "deepspeed_zero3", "ddp", "deepspeed_zero3/ddp")
         result.finding(f"ZeRO-3 trains at {ratio:.2f}× DDP's memes/s ({statistics.median(per_window['ddp']):.2f} memes/s under DDP).")
+    if "ddp" in per_window and HF_TRAINER in per_window:
+        definition = "crossmod (Lightning, DDP, one device) memes/s / transformers.Trainer + PEFT memes/s, same config and batches"
+        ratio = result.paired(f"ddp/{HF_TRAINER}", per_window["ddp"], per_window[HF_TRAINER], definition)
+        result.row(f"{config_name} LoRA step, memes/s", "ddp", HF_TRAINER, f"ddp/{HF_TRAINER}")
+        result.finding(f"crossmod trains at {ratio:.2f}× transformers.Trainer + PEFT's memes/s on the same batches.")
     for name, error in errors.items():
         result.note(f"{name} did not complete: {error}")
     if args.cpu_smoke:
@@ -373,7 +478,9 @@ def main(argv: list[str] | None = None) -> None:
             out = Path(tmp) / f"{name}.json"
             command = [sys.executable, __file__, *forwarded, "--worker", name, "--worker-out", str(out)]
             print(f"[{NAME}] {name}: {' '.join(command[1:])}", flush=True)
-            env = {**os.environ, "WANDB_MODE": "disabled"}
+            # KINETO_LOG_LEVEL=5: torch.profiler's C++ layer (the one-step attention profile) prints an ERROR line on
+            # machines without CUDA ("gpuGetDeviceCount failed"), harmless there; its profiler_start/stop lines remain
+            env = {**os.environ, "WANDB_MODE": "disabled", "KINETO_LOG_LEVEL": "5"}
             if args.cpu_smoke:  # else Lightning's DDP sets cores/processes threads: 2 on 2 shared cores, 35× slower steps
                 env["OMP_NUM_THREADS"] = "1"
             done = subprocess.run(command, cwd=ROOT, env=env)

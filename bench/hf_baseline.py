@@ -15,12 +15,17 @@ LORA_TARGET = r"model\.language_model\..*\.(q_proj|v_proj)"
 class LastTokenClassifier(torch.nn.Module):
     """`outputs` logits from the last token's hidden state (left padding: the last token is real), BCE loss."""
 
-    def __init__(self, folder: str | Path, outputs: int, lora: dict[str, Any]) -> None:
+    def __init__(self, model: str | Path | torch.nn.Module, outputs: int, lora: dict[str, Any]) -> None:
+        """`model`: a checkpoint folder (loaded in float32 with SDPA) or a model already built (bench/gpu_throughput.py)."""
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForImageTextToText
 
         super().__init__()
-        base = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=False)
+        base = model
+        if not isinstance(model, torch.nn.Module):
+            base = AutoModelForImageTextToText.from_pretrained(
+                model, dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=False
+            )
         base.requires_grad_(False)
         self.model = get_peft_model(base, LoraConfig(target_modules=LORA_TARGET, bias="none", **lora))
         self.head = torch.nn.Linear(base.config.get_text_config().hidden_size, outputs)
@@ -35,9 +40,10 @@ class LastTokenClassifier(torch.nn.Module):
         return {"loss": torch.nn.functional.binary_cross_entropy_with_logits(logits, labels), "logits": logits}
 
 
-def training_arguments(out: str, lr: float, **settings: Any):
-    """TrainingArguments as both benchmarks use them: constant lr, AdamW, no weight decay, no logging, checkpoints or
-    progress bar, CPU, batches in the dataset's order (`settings` add the run's sizes, workers, clipping)."""
+def training_arguments(out: str, lr: float, use_cpu: bool = True, **settings: Any):
+    """TrainingArguments as the benchmarks use them: constant lr, AdamW, no weight decay, no logging, checkpoints or
+    progress bar, CPU unless `use_cpu=False`, batches in the dataset's order (`settings` add the run's sizes, workers,
+    clipping, precision)."""
     from transformers import TrainingArguments
 
     return TrainingArguments(
@@ -49,7 +55,7 @@ def training_arguments(out: str, lr: float, **settings: Any):
         logging_strategy="no",
         save_strategy="no",
         report_to=[],
-        use_cpu=True,
+        use_cpu=use_cpu,
         remove_unused_columns=False,
         train_sampling_strategy="sequential",
         disable_tqdm=True,

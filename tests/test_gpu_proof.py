@@ -57,3 +57,6 @@ def test_the_gpu_proof_runs_every_section_from_an_offline_install(tmp_path):
         variant = result["variants"][strategy]
         assert variant["median"] > 0 and variant["attn_implementation"] == "sdpa"
         assert any("scaled_dot_product" in op for op in variant["attention_ops"]), variant["attention_ops"]  # what PyTorch dispatched to
+    baseline = sections["throughput_2b"]["result"]["variants"]["hf_trainer"]  # transformers.Trainer + PEFT, same batches
+    assert baseline["median"] > 0 and any("scaled_dot_product" in op for op in baseline["attention_ops"])
+    assert "ddp/hf_trainer" in sections["throughput_2b"]["result"]["ratios"]
