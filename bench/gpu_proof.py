@@ -17,7 +17,9 @@ Sections (GPU / CPU smoke):
 - zero3_7b: a Qwen2-VL-7B-sized ZeRO-3 run of a few steps, its peak memory beside docs/performance.md's plan
   (bench/results/memory_plan.json); CPU smoke: the tiny config under ZeRO-3;
 - zeroshot_batching: zero-shot answers batched (16) against one at a time, generated on the GPU through the predict loop
-  zero-shot runs use (bench/zeroshot_generation.py); CPU smoke: its `--smoke` sizes.
+  zero-shot runs use (bench/zeroshot_generation.py); CPU smoke: its `--smoke` sizes;
+- vision_cache: zero-shot prompts and training epochs with the frozen tower's features cached (cold, warm) against the
+  tower, on the GPU (bench/vision_cache.py without its CPU cross-validation protocol); CPU smoke: its `--smoke` sizes.
 """
 
 from __future__ import annotations
@@ -86,13 +88,13 @@ def sections(cpu_smoke: bool, work: Path) -> list[dict[str, Any]]:
     return [
         {
             "name": "gpu_tests",
-            "limit_s": 90,
+            "limit_s": 60,
             "command": [python, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *gpu_test_files],
             "result": None,
         },
         {
             "name": "throughput_2b",
-            "limit_s": 200,
+            "limit_s": 170,
             "command": [python, f"{bench}/gpu_throughput.py", *smoke, "--out", str(work / "throughput_2b.json")]
             + (
                 ["--strategies", "ddp"]
@@ -103,7 +105,7 @@ def sections(cpu_smoke: bool, work: Path) -> list[dict[str, Any]]:
         },
         {
             "name": "zero3_7b",
-            "limit_s": 170,
+            "limit_s": 150,
             "command": [
                 python,
                 f"{bench}/gpu_throughput.py",
@@ -122,10 +124,17 @@ def sections(cpu_smoke: bool, work: Path) -> list[dict[str, Any]]:
         },
         {
             "name": "zeroshot_batching",
-            "limit_s": 60,
+            "limit_s": 45,
             "command": [python, f"{bench}/zeroshot_generation.py", "--out", str(work / "zeroshot.json")]
             + (["--smoke"] if cpu_smoke else ["--accelerator", "gpu", "--repeats", "3"]),
             "result": work / "zeroshot.json",
+        },
+        {
+            "name": "vision_cache",
+            "limit_s": 60,
+            "command": [python, f"{bench}/vision_cache.py", "--no-cv", "--out", str(work / "vision_cache.json")]
+            + (["--smoke"] if cpu_smoke else ["--accelerator", "gpu", "--repeats", "2"]),
+            "result": work / "vision_cache.json",
         },
     ]
 

@@ -79,7 +79,12 @@ def main() -> None:
     p.add_argument("--cv-folds", type=int, default=None)
     p.add_argument("--cv-epochs", type=int, default=None)
     p.add_argument("--num-workers", type=int, default=2, help="zero-shot preprocessing workers (configs/experiment/qwen_zeroshot.yaml)")
+    p.add_argument(
+        "--accelerator", default="cpu", choices=("cpu", "gpu"), help="where zero-shot and the epochs run (bench/gpu_proof.py: gpu)"
+    )
+    p.add_argument("--no-cv", action="store_true", help="leave out the cross-validation protocol (CPU; bench/gpu_proof.py on a GPU)")
     args = p.parse_args()
+    cv = not args.no_cv
     smoke = args.smoke
     memes = args.memes or (4 if smoke else 32)
     pixels = args.image_pixels or (56 * 56 if smoke else 512 * 512)
@@ -135,7 +140,7 @@ def main() -> None:
     answering = model("verbalizer").eval()
     base = answering.backbone._base()
     base.generation_config.min_new_tokens = new_tokens
-    predict = single_device_trainer("cpu")
+    predict = single_device_trainer(args.accelerator)
 
     def zeroshot(cached: bool) -> dict[str, float]:
         root = work / "zeroshot-cache"
@@ -172,7 +177,7 @@ def main() -> None:
             cache_on(trainee, root)
         torch.manual_seed(0)
         start = time.perf_counter()
-        bare_trainer(max_epochs=1).fit(trainee, train_dataloaders=loader)
+        bare_trainer(max_epochs=1, accelerator=args.accelerator).fit(trainee, train_dataloaders=loader)
         return {"seconds": time.perf_counter() - start}
 
     # the per-culture cross-validation protocol, crossmod (cache on) against transformers.Trainer + PEFT
@@ -188,12 +193,12 @@ def main() -> None:
     def cv_hf() -> dict:
         return cv_protocol.hf_protocol(layout, folder, plan, 16, args.num_workers)
 
-    plan = cv_protocol.crossmod_protocol(layout, folder, work / "cv", cultures, protocol["epochs"], protocol["folds"])["runs"]
+    plan = cv_protocol.crossmod_protocol(layout, folder, work / "cv", cultures, protocol["epochs"], protocol["folds"])["runs"] if cv else {}
 
     epoch("cold")  # warm-up: first-call allocations; fills nothing the measured rounds read (cold empties its folder)
     shutil.rmtree(warm_root, ignore_errors=True)
     cache_on(trainee, warm_root)
-    bare_trainer(max_epochs=1).fit(trainee, train_dataloaders=loader)  # fills the warm folder once
+    bare_trainer(max_epochs=1, accelerator=args.accelerator).fit(trainee, train_dataloaders=loader)  # fills the warm folder once
     zeroshot(False)
 
     measured = interleave(
@@ -203,17 +208,18 @@ def main() -> None:
             "epoch_cold": lambda: epoch("cold"),
             "epoch_warm": lambda: epoch("warm"),
             "epoch_tower": lambda: epoch("tower"),
-            "cv_crossmod": cv_crossmod,
-            "cv_hf": cv_hf,
+            **({"cv_crossmod": cv_crossmod, "cv_hf": cv_hf} if cv else {}),
         },
         repeats(args),
     )
     same = max(abs(a - b) for a, b in zip(measured["zeroshot_cached"][0]["p_hate"], measured["zeroshot_tower"][0]["p_hate"]))
 
-    imports = fold_process_imports()
+    imports = fold_process_imports() if cv else None
     fold_runs = len(cultures) * protocol["folds"]
-    cv_same = max(
-        cv_protocol.largest_difference(a["predictions"], b["predictions"]) for a, b in zip(measured["cv_crossmod"], measured["cv_hf"])
+    cv_same = (
+        max(cv_protocol.largest_difference(a["predictions"], b["predictions"]) for a, b in zip(measured["cv_crossmod"], measured["cv_hf"]))
+        if cv
+        else None
     )
 
     from transformers import AutoModelForImageTextToText
@@ -235,31 +241,33 @@ def main() -> None:
             "batch_size": args.batch_size,
             "max_new_tokens": new_tokens,
             "torch_threads": 1,
+            "accelerator": args.accelerator,
             "max_p_hate_difference_cached_vs_tower": same,
-            "cv_protocol": {**protocol, "cultures": cultures, "batch_size": 16, "loader_workers": args.num_workers},
+            "cv_protocol": {**protocol, "cultures": cultures, "batch_size": 16, "loader_workers": args.num_workers} if cv else None,
             "cv_max_p_hate_difference_crossmod_vs_hf": cv_same,
-            "fold_process_imports_s": round(imports, 2),
+            "fold_process_imports_s": round(imports, 2) if cv else None,
         },
     )
     for name in ("zeroshot_cached", "zeroshot_tower"):
         result.variant(name, "answers/s", [r["answers_per_s"] for r in measured[name]])
     for name in ("epoch_cold", "epoch_warm", "epoch_tower"):
         result.variant(name, "s/epoch", [r["seconds"] for r in measured[name]])
-    result.variant("cv_crossmod", "s/protocol", [r["seconds"] for r in measured["cv_crossmod"]])
-    result.variant("cv_hf", "s/protocol", [r["seconds"] for r in measured["cv_hf"]])
-    cv_ratio = result.paired(
-        "cv_crossmod/cv_hf",
-        [r["seconds"] for r in measured["cv_crossmod"]],
-        [r["seconds"] for r in measured["cv_hf"]],
-        "wall time of the whole per-culture protocol, crossmod with the vision cache / transformers.Trainer + PEFT, same round",
-    )
-    with_processes = result.paired(
-        "cv_crossmod_in_fold_processes/cv_hf",
-        [r["seconds"] + fold_runs * imports for r in measured["cv_crossmod"]],
-        [r["seconds"] for r in measured["cv_hf"]],
-        "as cv_crossmod/cv_hf with a fresh process's imports added per fold run, as cross_validate.py runs them (imports measured "
-        "apart, fold_process_imports_s)",
-    )
+    if cv:
+        result.variant("cv_crossmod", "s/protocol", [r["seconds"] for r in measured["cv_crossmod"]])
+        result.variant("cv_hf", "s/protocol", [r["seconds"] for r in measured["cv_hf"]])
+        cv_ratio = result.paired(
+            "cv_crossmod/cv_hf",
+            [r["seconds"] for r in measured["cv_crossmod"]],
+            [r["seconds"] for r in measured["cv_hf"]],
+            "wall time of the whole per-culture protocol, crossmod with the vision cache / transformers.Trainer + PEFT, same round",
+        )
+        with_processes = result.paired(
+            "cv_crossmod_in_fold_processes/cv_hf",
+            [r["seconds"] + fold_runs * imports for r in measured["cv_crossmod"]],
+            [r["seconds"] for r in measured["cv_hf"]],
+            "as cv_crossmod/cv_hf with a fresh process's imports added per fold run, as cross_validate.py runs them (imports measured "
+            "apart, fold_process_imports_s)",
+        )
     zeroshot_ratio = result.paired(
         "zeroshot_cached/zeroshot_tower",
         [r["answers_per_s"] for r in measured["zeroshot_cached"]],
@@ -288,29 +296,31 @@ def main() -> None:
     )
     result.row("first training epoch (cache cold) vs tower", "epoch_cold", "epoch_tower", "epoch_cold/epoch_tower", "cold_epoch", unit="s")
     result.row("later training epoch (cache warm) vs tower", "epoch_warm", "epoch_tower", "epoch_warm/epoch_tower", None, unit="s")
-    result.row(
-        "per-culture CV protocol: crossmod (vision cache) vs transformers.Trainer + PEFT",
-        "cv_crossmod",
-        "cv_hf",
-        "cv_crossmod/cv_hf",
-        "cv_vs_hf",
-        unit="s",
-    )
-    result.target(
-        "cv_vs_hf", cv_ratio, "<=", 0.70, "the protocol's wall time with crossmod and its cache / with transformers.Trainer + PEFT"
-    )
-    result.target(
-        "cv_predictions_equal", cv_same, "<=", 1e-5, "held-out P(hate) of every culture's model equal to transformers.Trainer's (fp32)"
-    )
+    if cv:
+        result.row(
+            "per-culture CV protocol: crossmod (vision cache) vs transformers.Trainer + PEFT",
+            "cv_crossmod",
+            "cv_hf",
+            "cv_crossmod/cv_hf",
+            "cv_vs_hf",
+            unit="s",
+        )
+        result.target(
+            "cv_vs_hf", cv_ratio, "<=", 0.70, "the protocol's wall time with crossmod and its cache / with transformers.Trainer + PEFT"
+        )
+        result.target(
+            "cv_predictions_equal", cv_same, "<=", 1e-5, "held-out P(hate) of every culture's model equal to transformers.Trainer's (fp32)"
+        )
     result.target("zeroshot_2x", zeroshot_ratio, ">=", 2.0, "6 prompts per meme: at least 2x the answers/s with the cache")
     result.target("cold_epoch", cold_ratio, "<=", 1.05, "a cold first epoch costs no more than without the cache (5 % for noise)")
     result.target("cached_answers_equal", same, "<=", 1e-5, "P(hate) with the cache equals the tower's (fp32)")
-    result.finding(
-        f"The per-culture protocol ({len(cultures)} cultures x {protocol['folds']} folds x {protocol['epochs']} epochs, "
-        f"{protocol['memes'] * 5} memes): crossmod with the vision cache took {cv_ratio:.2f}x the wall time of transformers.Trainer + PEFT "
-        f"on the same batches from the same weights; held-out P(hate) differ by at most {cv_same:.1e}. Both ran in one process; "
-        f"cross_validate.py starts a process per fold run, whose imports ({imports:.1f} s each here) make it {with_processes:.2f}x."
-    )
+    if cv:
+        result.finding(
+            f"The per-culture protocol ({len(cultures)} cultures x {protocol['folds']} folds x {protocol['epochs']} epochs, "
+            f"{protocol['memes'] * 5} memes): crossmod with the vision cache took {cv_ratio:.2f}x the wall time of transformers.Trainer + PEFT "
+            f"on the same batches from the same weights; held-out P(hate) differ by at most {cv_same:.1e}. Both ran in one process; "
+            f"cross_validate.py starts a process per fold run, whose imports ({imports:.1f} s each here) make it {with_processes:.2f}x."
+        )
     result.finding(
         f"Six zero-shot prompts per meme: {zeroshot_ratio:.2f}x the answers per second with the cache. A training epoch: "
         f"{cold_ratio:.2f}x the tower's time when the cache is cold (it encodes and writes), {warm_ratio:.2f}x once it holds the images: "

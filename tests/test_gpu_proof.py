@@ -41,14 +41,15 @@ def test_the_gpu_proof_runs_every_section_from_an_offline_install(tmp_path):
         timeout=scaled(1000),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "crossmod installed offline from" in done.stdout and "4 of 4 sections passed" in done.stdout
+    assert "crossmod installed offline from" in done.stdout and "5 of 5 sections passed" in done.stdout
     proof = json.loads(out.read_text())
     assert proof["cpu_smoke"] is True and "not a GPU measurement" in proof["note"]
     site = proof["environment"]["installed_into"]
     assert site and proof["environment"]["models_imported_from"].startswith(site)  # the sections ran the offline install
     sections = proof["sections"]
-    assert set(sections) == {"gpu_tests", "throughput_2b", "zero3_7b", "zeroshot_batching"}
+    assert set(sections) == {"gpu_tests", "throughput_2b", "zero3_7b", "zeroshot_batching", "vision_cache"}
     assert sections["zeroshot_batching"]["result"]["ratios"]
+    assert {"epoch_cold/epoch_tower", "epoch_warm/epoch_tower"} <= set(sections["vision_cache"]["result"]["ratios"])
     assert all(s["exit_code"] == 0 and not s["timed_out"] for s in sections.values())
     assert "skipped" in sections["gpu_tests"]["output"][-1]  # no CUDA here: collected and skipped, none failed
     for name, strategy in [("throughput_2b", "ddp"), ("zero3_7b", "deepspeed_zero3")]:
