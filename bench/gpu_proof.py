@@ -96,11 +96,8 @@ def sections(cpu_smoke: bool, work: Path) -> list[dict[str, Any]]:
             "name": "throughput_2b",
             "limit_s": 170,
             "command": [python, f"{bench}/gpu_throughput.py", *smoke, "--out", str(work / "throughput_2b.json")]
-            + (
-                ["--strategies", "ddp"]
-                if cpu_smoke
-                else ["--config", "qwen2-vl-2b", "--devices", "1", "--steps", "20", "--warmup", "3", "--repeats", "2"]
-            ),
+            + (["--strategies", "ddp,hf_trainer"] if cpu_smoke else ["--strategies", "ddp,deepspeed_zero3,hf_trainer"])
+            + ([] if cpu_smoke else ["--config", "qwen2-vl-2b", "--devices", "1", "--steps", "20", "--warmup", "3", "--repeats", "2"]),
             "result": work / "throughput_2b.json",
         },
         {
