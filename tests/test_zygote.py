@@ -105,3 +105,44 @@ def test_a_stopped_zygote_leaves_no_folder_behind(tmp_path):
     assert folder is not None and folder.is_dir()
     zygote.stop()
     assert not folder.exists() and zygote.process.poll() is not None
+
+
+def test_a_command_whose_client_is_gone_is_stopped_with_what_it_started(tmp_path):
+    """A pytest worker killed mid-test hangs up on the zygote: the command it asked for, and its children, end too."""
+    import json as json_module
+    import socket
+
+    marker = tmp_path / "child.pid"
+    script = tmp_path / "sleeper.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(marker)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(600)\n"
+    )
+    zygote = Zygote()
+    zygote.use_environment(dict(os.environ))
+    try:
+        assert zygote.forkable([sys.executable, str(script)], dict(os.environ))
+        out = tmp_path / "out"
+        request = {"cwd": str(tmp_path), "env": dict(os.environ), "argv": [str(script)], "module": None}
+        request |= {"stdout": f"{out}.stdout", "stderr": f"{out}.stderr"}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(zygote.socket_path)
+            client.sendall((json_module.dumps(request) + "\n").encode())
+            pid = int(client.makefile("r").readline())
+            for _ in range(300):
+                if marker.exists() and marker.read_text():
+                    break
+                time.sleep(0.1)
+        # the client hung up: within a few seconds the job and the process it started are gone
+        for process in (pid, int(marker.read_text())):
+            status = Path(f"/proc/{process}/status")
+            for _ in range(100):
+                if not status.exists() or "State:\tZ" in status.read_text():
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError(f"process {process} outlived its client")
+    finally:
+        zygote.stop()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -78,12 +79,30 @@ def _serve(socket_path: str) -> dict | None:
                 return request
             try:
                 connection.sendall(f"{job}\n".encode())
-                _, status = os.waitpid(job, 0)
+                status = _wait_while_asked(job, connection)
                 connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
             except OSError:  # the client gave up (a timeout): it has stopped the job itself
                 pass
             os._exit(0)
         connection.close()
+
+
+def _wait_while_asked(job: int, connection: socket.socket) -> int:
+    """The job's wait status; the job and what it started are killed if the client hangs up first (its pytest worker
+    was killed or crashed), so no training outlives the run that asked for it."""
+    while True:
+        done, status = os.waitpid(job, os.WNOHANG)
+        if done:
+            return status
+        readable, _, _ = select.select([connection], [], [], 1.0)
+        if readable and not connection.recv(1, socket.MSG_PEEK):  # end of stream: the client is gone
+            for kill in (lambda: os.killpg(job, signal.SIGKILL), lambda: os.kill(job, signal.SIGKILL)):
+                try:
+                    kill()  # the group; the job alone if it is not yet its own group leader
+                    break
+                except ProcessLookupError:
+                    continue
+            return os.waitpid(job, 0)[1]
 
 
 def _become(request: dict) -> None:
