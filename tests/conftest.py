@@ -82,6 +82,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=key)
 
 
+def offline_pip_env() -> dict[str, str]:
+    """pip with no configuration file and no index: what it resolves comes from the command's own folders."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "WANDB_MODE": "disabled"}
+
+
 def scaled(seconds: float) -> float:
     """A subprocess timeout with the suite's margin for a loaded machine."""
     return seconds * TIMEOUT_SCALE

@@ -4,7 +4,6 @@ from a wheelhouse first (made against this environment as the node's base: the w
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from importlib import metadata
@@ -12,11 +11,7 @@ from importlib import metadata
 from packaging.utils import canonicalize_name
 
 from tests.conftest import ROOT, scaled
-
-
-def _offline_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "WANDB_MODE": "disabled"}
+from tests.conftest import offline_pip_env as _offline_env
 
 
 def test_the_gpu_proof_runs_every_section_from_an_offline_install(tmp_path):

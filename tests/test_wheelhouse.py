@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name
 
 from scripts.wheelhouse import Target, WheelhouseError, compatible_platforms, outdated, read_base, requirements_of, stand_in_version
 from tests.conftest import ROOT
+from tests.conftest import offline_pip_env as _offline_env
 
 # crossmod's requirements (direct or not) that the simulated node lacks: small, pure Python
 MISSING = ("webdataset", "braceexpand", "hydra-core", "omegaconf", "antlr4-python3-runtime", "num2words", "docopt")
@@ -64,12 +65,6 @@ def node(tmp_path_factory) -> dict:
         "\n".join([*lines, f"{OUTDATED[0]}=={OUTDATED[1]}", "# a comment, then a package listed without its version", UNVERSIONED]) + "\n"
     )
     return {"base": base, "index": index, "folder": folder}
-
-
-def _offline_env() -> dict[str, str]:
-    """pip with no configuration file and no index: what it resolves comes from the command's own folders."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
 
 
 def _wheelhouse(node: dict, out: Path, *options: str) -> subprocess.CompletedProcess:
