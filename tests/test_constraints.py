@@ -33,8 +33,17 @@ def parse(lines: list[str]) -> list[Requirement]:
 
 
 def requirements() -> list[Requirement]:
+    """install_requires and the dev extra, with dev's `crossmod[...]` line expanded into the extras it names."""
     setup = setup_cfg()
-    return parse(setup["options"]["install_requires"].splitlines() + setup["options.extras_require"]["dev"].splitlines())
+    extras = setup["options.extras_require"]
+    found = []
+    for requirement in parse(setup["options"]["install_requires"].splitlines() + extras["dev"].splitlines()):
+        if canonicalize_name(requirement.name) == "crossmod":
+            for extra in sorted(requirement.extras):
+                found += parse(extras[extra].splitlines())
+        else:
+            found.append(requirement)
+    return found
 
 
 def all_requirements() -> list[Requirement]:
