@@ -90,12 +90,14 @@ def _serve(socket_path: str) -> dict | None:
 def _wait_while_asked(job: int, connection: socket.socket) -> int:
     """The job's wait status; the job and what it started are killed if the client hangs up first (its pytest worker
     was killed or crashed), so no training outlives the run that asked for it."""
+    exited = os.pidfd_open(job)  # readable the moment the job exits: no polling tick added to every command
     while True:
         done, status = os.waitpid(job, os.WNOHANG)
         if done:
+            os.close(exited)
             return status
-        readable, _, _ = select.select([connection], [], [], 1.0)
-        if readable and not connection.recv(1, socket.MSG_PEEK):  # end of stream: the client is gone
+        readable, _, _ = select.select([connection, exited], [], [])
+        if connection in readable and not connection.recv(1, socket.MSG_PEEK):  # end of stream: the client is gone
             for kill in (lambda: os.killpg(job, signal.SIGKILL), lambda: os.kill(job, signal.SIGKILL)):
                 try:
                     kill()  # the group; the job alone if it is not yet its own group leader
