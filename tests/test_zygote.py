@@ -146,3 +146,19 @@ def test_a_command_whose_client_is_gone_is_stopped_with_what_it_started(tmp_path
                 raise AssertionError(f"process {process} outlived its client")
     finally:
         zygote.stop()
+
+
+def test_each_forked_command_has_wandb_folders_of_its_own(tmp_path):
+    """wandb (imported by timm and PEFT, preloaded) makes its media folder at import: a child that exits removes its own
+    folder, never the one the zygote and later children use."""
+    script = tmp_path / "media.py"
+    script.write_text(
+        "import os\nfrom wandb.sdk.data_types._private import MEDIA_TMP\nassert os.path.isdir(MEDIA_TMP.name)\nprint(MEDIA_TMP.name)\n"
+    )
+    runs = [
+        run_python([sys.executable, str(script)], cwd=tmp_path, env=dict(os.environ), capture_output=True, text=True, timeout=120)
+        for _ in range(2)
+    ]
+    assert all(run.returncode == 0 for run in runs), [run.stderr[-2000:] for run in runs]
+    first, second = (run.stdout.strip() for run in runs)
+    assert first != second and not os.path.exists(first) and not os.path.exists(second)  # each removed its own at exit
