@@ -149,16 +149,18 @@ def test_a_command_whose_client_is_gone_is_stopped_with_what_it_started(tmp_path
 
 
 def test_each_forked_command_has_wandb_folders_of_its_own(tmp_path):
-    """wandb (imported by timm and PEFT, preloaded) makes its media folder at import: a child that exits removes its own
-    folder, never the one the zygote and later children use."""
+    """wandb (imported by timm and PEFT, preloaded) makes its media and artifact folders at import: a child that exits
+    removes its own folders, never the ones the zygote and later children use."""
     script = tmp_path / "media.py"
     script.write_text(
-        "import os\nfrom wandb.sdk.data_types._private import MEDIA_TMP\nassert os.path.isdir(MEDIA_TMP.name)\nprint(MEDIA_TMP.name)\n"
+        "import os\nfrom wandb.sdk.data_types._private import MEDIA_TMP\nfrom wandb.sdk.artifacts.artifact import Artifact\n"
+        "names = [MEDIA_TMP.name, Artifact._TMP_DIR.name]\nassert all(os.path.isdir(name) for name in names)\nprint(*names)\n"
     )
     runs = [
         run_python([sys.executable, str(script)], cwd=tmp_path, env=dict(os.environ), capture_output=True, text=True, timeout=120)
         for _ in range(2)
     ]
     assert all(run.returncode == 0 for run in runs), [run.stderr[-2000:] for run in runs]
-    first, second = (run.stdout.strip() for run in runs)
-    assert first != second and not os.path.exists(first) and not os.path.exists(second)  # each removed its own at exit
+    first, second = (run.stdout.split() for run in runs)
+    assert len(first) == len(second) == 2 and not set(first) & set(second)
+    assert not any(os.path.exists(name) for name in first + second)  # each removed its own at exit
