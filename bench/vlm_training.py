@@ -19,7 +19,8 @@ five culture logits on the last real token's hidden state, AdamW lr 2e-4, for `-
   JPEG + one JSON per meme), a collator that pads each batch to its longest meme (the processor's
   `padding=True`, as `DataCollatorWithPadding`). Its files are named in the order crossmod's seeded stream
   trains them and read sequentially (`train_sampling_strategy="sequential"`), so both variants train the same
-  batches: the time ratio compares the same tensor work (checked on every round's meme ids).
+  batches: the time ratio compares the same tensor work (checked on every round's meme ids). crossmod's vision
+  feature cache is off (`model.fusion.vision_cache=false`): both run the vision tower on every step.
 
 Time per meme: wall time from the end of step `--warmup` to the end of the last step, over the memes of
 those steps; rounds interleaved in this process in balanced orders (ABC, CBA, BCA, ACB, CAB, BAC), one torch thread each. Peak memory:
@@ -112,6 +113,9 @@ def crossmod_model(folder: Path, image_pixels: int, threads_seed: int = 0):
         f"model.preprocessor.min_pixels={image_pixels}",
         f"model.preprocessor.max_pixels={image_pixels}",
         f"model.optimizer.lr={LR}",
+        # the tower runs every step, as in the transformers.Trainer variant: the same tensor work (the cache's gain is
+        # bench/vision_cache.py's); `auto` would also read features an earlier round or run stored
+        "model.fusion.vision_cache=false",
     ]
     model, _ = build_model(overrides)
     return model

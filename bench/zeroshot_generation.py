@@ -10,13 +10,16 @@ would make the comparison depend on luck: the model's generation config gets
 variants (checked on every `generate` call). The model is `model=vlm model.fusion.mode=verbalizer
 model.fusion.lora=null model.preprocessor.image_size=56` (the tiny Qwen2-VL built on first use). The memes are
 prepared (chat template, image resize, the processor's batch) in `--num-workers` loader workers, as
-`zeroshot.num_workers` has zero-shot runs do, so the model does not wait for that work between generations.
+`zeroshot.num_workers` has zero-shot runs do, so the model does not wait for that work between generations. The
+frozen tower's features go to a vision cache of the run's own (`model.fusion.vision_cache=auto`, as zero-shot runs use
+it), filled by the warm-up: every measured variant reads it, and no earlier run's cache does.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,8 +67,11 @@ def main() -> None:
     from training.zeroshot import answer_all
 
     torch.set_num_threads(args.threads)
+    cache = tempfile.TemporaryDirectory(
+        prefix="crossmod-zeroshot-bench-"
+    )  # the run's own: filled by the warm-up, as by a run's first prompt
     overrides = ["model=vlm", "model.fusion.mode=verbalizer", "model.fusion.lora=null", "model.preprocessor.image_size=56"]
-    model, _ = build_model(overrides)
+    model, _ = build_model([*overrides, f"model.fusion.vision_cache_dir={cache.name}"])
     model.eval()
     base = model.backbone._base()
     base.generation_config.min_new_tokens = new_tokens  # every meme generates exactly max_new_tokens tokens

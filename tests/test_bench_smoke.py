@@ -25,12 +25,25 @@ def smoke_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess,
     temp dir."""
     out = tmp_path_factory.mktemp("bench")
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    runs = {}
+    runs = {"checkout's vision cache before": vision_cache_files()}
     for name in SCRIPTS:
         command = [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--smoke", "--out", str(out / f"{name}.json")]
         done = run_python(command, cwd=ROOT, env=env, timeout=scaled(TIMEOUT))
         runs[name] = (subprocess.CompletedProcess(command, done.returncode, done.stdout + done.stderr, ""), out / f"{name}.json")
+    runs["checkout's vision cache after"] = vision_cache_files()
     return runs
+
+
+def vision_cache_files() -> dict[str, int]:
+    """Every file of the checkout's vision cache (where `paths.data_dir` points benchmarks' models), with its mtime."""
+    root = ROOT / "data" / "vision_cache"
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def test_benchmarks_keep_their_vision_features_to_themselves(smoke_runs):
+    """A benchmark's model caches image features in a folder of the run's own, or not at all: the checkout's cache is
+    neither read (a warm cache would time other work than the run's first) nor written."""
+    assert smoke_runs["checkout's vision cache after"] == smoke_runs["checkout's vision cache before"]
 
 
 def check_result(result: dict, name: str) -> None:
