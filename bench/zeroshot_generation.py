@@ -67,9 +67,8 @@ def main() -> None:
     from training.zeroshot import answer_all
 
     torch.set_num_threads(args.threads)
-    cache = tempfile.TemporaryDirectory(
-        prefix="crossmod-zeroshot-bench-"
-    )  # the run's own: filled by the warm-up, as by a run's first prompt
+    # the run's own vision cache: filled by the warm-up, as a zero-shot run's first prompt fills it
+    cache = tempfile.TemporaryDirectory(prefix="crossmod-zeroshot-bench-")
     overrides = ["model=vlm", "model.fusion.mode=verbalizer", "model.fusion.lora=null", "model.preprocessor.image_size=56"]
     model, _ = build_model([*overrides, f"model.fusion.vision_cache_dir={cache.name}"])
     model.eval()
