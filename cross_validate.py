@@ -2,7 +2,7 @@
 
 Each fold is `train.py fold=k` in its own process (a 7B model never shares memory with its siblings)
 with the same overrides, under `<this run dir>/fold{k}`; afterwards the folds are tied together by
-`training.cv_report` and the chosen cross-validation metric is returned, which makes this the
+`crossmod.training.cv_report` and the chosen cross-validation metric is returned, which makes this the
 program for sweeps that score a trial by its cross-validation mean (Optuna: `-m hparams_search=…`,
 W&B: `configs/sweeps/*_cv.yaml`).
 
@@ -24,9 +24,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-import training.resolvers  # noqa: F401  (registers ${run_id:} …)
-from training import preflight
-from training.user_errors import entry_point
+import crossmod.training.resolvers  # noqa: F401  (registers ${run_id:} …)
+from crossmod.training import preflight
+from crossmod.training.user_errors import entry_point
 
 ROOT = Path(__file__).resolve().parent
 # Overrides that belong to this launcher (or to Hydra's sweep), not to the fold runs.
@@ -84,7 +84,7 @@ def zeroshot_command(overrides: list[str], experiment: str, run_dir: Path) -> li
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 @entry_point(preflight.cross_validate)
 def main(cfg: DictConfig) -> float:
-    from training.cv_report import TRANSFER, report
+    from crossmod.training.cv_report import TRANSFER, report
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     overrides = list(HydraConfig.get().overrides.task)
@@ -139,7 +139,7 @@ def _log_trial(cfg: DictConfig, result: dict, transfer: dict | None = None) -> N
         return
     import wandb
 
-    from training.resolvers import wandb_offline
+    from crossmod.training.resolvers import wandb_offline
 
     run = wandb.init(
         project=cfg.logger.wandb.project if "wandb" in (cfg.get("logger") or {}) else None,

@@ -8,9 +8,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-import training.resolvers  # noqa: F401
-from training import preflight
-from training.user_errors import entry_point
+import crossmod.training.resolvers  # noqa: F401
+from crossmod.training import preflight
+from crossmod.training.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
@@ -18,12 +18,12 @@ from training.user_errors import entry_point
 def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
-    from datamodules.shards import read_manifest
-    from models.sharding import is_zero3
-    from training.bases import base_overrides
-    from training.evaluating import Loaded, evaluate, model_loaders
-    from training.scored_splits import run_facts, scored_splits
-    from training.scoring import score, scoring_trainer
+    from crossmod.data.shards import read_manifest
+    from crossmod.models.sharding import is_zero3
+    from crossmod.training.bases import base_overrides
+    from crossmod.training.evaluating import Loaded, evaluate, model_loaders
+    from crossmod.training.scored_splits import run_facts, scored_splits
+    from crossmod.training.scoring import score, scoring_trainer
 
     OmegaConf.resolve(cfg)
     ckpt = Path(cfg.ckpt)
@@ -49,7 +49,7 @@ def main(cfg: DictConfig) -> None:
     if not trainer.is_global_zero:
         return
     print((out / "summary.md").read_text())
-    from evaluation.dataset_report import write_annotation_report
+    from crossmod.evaluation.dataset_report import write_annotation_report
 
     for path in write_annotation_report(datamodule.source, out):  # Multi3Hate with raw votes: dataset_report.*
         print(f"[evaluate] annotation report: {path}")
@@ -61,7 +61,7 @@ def main(cfg: DictConfig) -> None:
 def mapped_to(data_heads: dict, requested: str | None, dataset: str, load):
     """A dataset with one hate head (MHC's `hateful`) is scored by the trained head `head=` names, else the model's head of
     that name, else its only binary head (the rule transfer scoring follows); several candidates are refused by name."""
-    from training.eval_data import ScoredAs, trained_head
+    from crossmod.training.eval_data import ScoredAs, trained_head
 
     binary = [head for head in data_heads.values() if head.is_binary]
 

@@ -5,17 +5,17 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-import training.resolvers  # noqa: F401
-from training import preflight
-from training.user_errors import entry_point
+import crossmod.training.resolvers  # noqa: F401
+from crossmod.training import preflight
+from crossmod.training.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="export")
 @entry_point(preflight.export)
 def main(cfg: DictConfig) -> None:
-    from training.artifacts import export_culture, run_model
-    from training.bases import base_overrides
-    from training.console import configure_console
+    from crossmod.training.artifacts import export_culture, run_model
+    from crossmod.training.bases import base_overrides
+    from crossmod.training.console import configure_console
 
     configure_console()
     run_dir = Path(cfg.run)

@@ -23,19 +23,19 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-import training.resolvers  # noqa: F401
-from training import preflight
-from training.user_errors import entry_point
+import crossmod.training.resolvers  # noqa: F401
+from crossmod.training import preflight
+from crossmod.training.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="predict")
 @entry_point(preflight.predict)
 def main(cfg: DictConfig) -> None:
-    from datamodules.predict_inputs import check_inputs
-    from training.artifacts import load_culture
-    from training.bases import BaseModelError, base_overrides
-    from training.predicting import read_captions, read_inputs, write_predictions
-    from training.scoring import score, scoring_trainer
+    from crossmod.data.predict_inputs import check_inputs
+    from crossmod.training.artifacts import load_culture
+    from crossmod.training.bases import BaseModelError, base_overrides
+    from crossmod.training.predicting import read_captions, read_inputs, write_predictions
+    from crossmod.training.scoring import score, scoring_trainer
 
     try:
         inputs = read_inputs(str(cfg.inputs), cfg.splits, on_error=cfg.on_error, max_image_bytes=cfg.max_image_bytes)
@@ -52,11 +52,11 @@ def main(cfg: DictConfig) -> None:
     if cfg.k is not None:
         if card.get("kind") != "retrieval":
             raise ValueError(f"k={cfg.k} sets how many neighbours vote; {cfg.adapters} scores with its head (not kind=retrieval)")
-        from models.retrieval.settings import RetrievalSettings
+        from crossmod.models.retrieval.settings import RetrievalSettings
 
         model.retrieval = RetrievalSettings.of({"k": cfg.k, "weighting": model.retrieval.weighting})
     if cfg.ocr:
-        from datamodules.ocr import CaptionReader, ocr_engine
+        from crossmod.data.ocr import CaptionReader, ocr_engine
 
         reader = CaptionReader(ocr_engine(cfg.ocr, cfg.ocr_langs), Path(cfg.ocr_cache).expanduser() if cfg.ocr_cache else None)
         read = read_captions(inputs, reader)

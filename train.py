@@ -5,16 +5,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-import training.resolvers  # noqa: F401  (registers ${run_id:}, ${wandb_offline:} …)
-from datamodules.selection_rules import NO_SELECTION
-from training import preflight
-from training.user_errors import UserError, entry_point
+import crossmod.training.resolvers  # noqa: F401  (registers ${run_id:}, ${wandb_offline:} …)
+from crossmod.data.selection_rules import NO_SELECTION
+from crossmod.training import preflight
+from crossmod.training.user_errors import UserError, entry_point
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 @entry_point(preflight.train)  # a prompting recipe, a ??? value, a missing data folder or fold: one message, no run dir
 def main(cfg: DictConfig) -> float | None:
-    from training.pipeline import run
+    from crossmod.training.pipeline import run
 
     OmegaConf.resolve(cfg)
     metrics = run(cfg)

@@ -12,9 +12,9 @@ so they were seen but are not held. For a fixed dtype and attention algorithm th
 the hardware, so a CPU measures them exactly; a GPU's allocator rounding, its workspace and the transients
 of backward are not in them (docs/performance.md).
 
-The model is crossmod's own `models.vlm.classifier.VLMClassifier` (LoRA presets, dropout and checkpointing
+The model is crossmod's own `crossmod.models.vlm.classifier.VLMClassifier` (LoRA presets, dropout and checkpointing
 as training uses them; under checkpointing no input embedding is hooked to require grad) on a small random
-Qwen2-VL / Qwen2.5-VL saved to a folder, with the culture heads of `models.heads.HeadLayers`. Two dtype
+Qwen2-VL / Qwen2.5-VL saved to a folder, with the culture heads of `crossmod.models.heads.HeadLayers`. Two dtype
 regimes, as the strategies run:
 - `mixed`: bf16 weights, PEFT's fp32 LoRA weights and fp32 heads, bf16 autocast (Lightning `bf16-mixed`:
   one GPU, strategy=ddp);
@@ -222,9 +222,9 @@ def measure_held_bytes(folder: Path, batch: dict[str, torch.Tensor], regime: str
     """Count (not estimate) the bytes one training step holds from forward to backward, on CPU."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    from datamodules.heads import parse_heads
-    from models.heads import HeadLayers
-    from models.vlm.classifier import VLMClassifier
+    from crossmod.data.heads import parse_heads
+    from crossmod.models.heads import HeadLayers
+    from crossmod.models.vlm.classifier import VLMClassifier
 
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")

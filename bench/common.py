@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/<name>.py` puts bench/ first on the path, not the checkout
     sys.path.insert(0, str(ROOT))
 
-from training.console import configure_console  # noqa: E402  (after the path fix above)
+from crossmod.training.console import configure_console  # noqa: E402  (after the path fix above)
 
 configure_console()  # benchmarks print what crossmod's own jobs print: no advertisements, records once
 
@@ -213,7 +213,7 @@ def compose(overrides: list[str], output_dir: str | None = None):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import training.resolvers  # noqa: F401
+    import crossmod.training.resolvers  # noqa: F401
 
     GlobalHydra.instance().clear()
     output_dir = output_dir or str(Path(tempfile.gettempdir()) / "crossmod-bench-unused")  # interpolated, never written
@@ -254,7 +254,7 @@ def bare_trainer(**kwargs: Any):
 
 def synthetic_samples(count: int, image_size: int = 128, seed: int = 0) -> list:
     """The first `count` Sample records of the synthetic generator (as the data config draws them)."""
-    from datamodules.synthetic import SyntheticMemeSource
+    from crossmod.data.synthetic import SyntheticMemeSource
 
     source = SyntheticMemeSource(num_groups=count // 9 + 1, image_size=image_size, seed=seed)
     out = []

@@ -9,7 +9,7 @@ Variants, interleaved per round, on the same memes:
 * `no_image_check`: labels validated, the image bytes not looked at
 * `magic_bytes`: `Sample.validate` as `write_shards` runs it (labels + JPEG/PNG/WebP signature sniff);
   what the synthetic source's conversion does
-* `pil_decode`: every image first through `datamodules.sources.images.check_image` (PIL `verify()` and a
+* `pil_decode`: every image first through `crossmod.data.sources.images.check_image` (PIL `verify()` and a
   full `load()`, decompression-bomb limit on), as the real-dataset converters' `load_image` does
 
 Sizes: 128 px (what `data=synthetic` stores) and 512 px (the study's meme size; real memes are larger
@@ -34,9 +34,9 @@ NAME = "conversion"
 
 def convert(samples: list, variant: str, per_shard: int) -> float:
     """Memes/s of one conversion of `samples` into a fresh shard directory."""
-    from datamodules.sample import Sample
-    from datamodules.shards import write_shards
-    from datamodules.sources.images import check_image
+    from crossmod.data.sample import Sample
+    from crossmod.data.shards import write_shards
+    from crossmod.data.sources.images import check_image
 
     class NoImageCheck(Sample):
         def validate(self, heads) -> None:

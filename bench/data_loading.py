@@ -47,7 +47,7 @@ from common import Result, build_model, interleave, parser, repeats, stats, synt
 from file_memes import ConventionalPreprocessing, evict, file_loader, write_files  # noqa: E402
 from loading_probes import components, datamodule_for, handoff, http_server, wait_run  # noqa: E402
 
-from models.pixels import PixelPipeline  # noqa: E402
+from crossmod.models.pixels import PixelPipeline  # noqa: E402
 
 NAME = "data_loading"
 SPEED_TARGET = 1.5
@@ -117,7 +117,7 @@ def _findings(result: Result, parts: dict[str, float], workers_list: list[int], 
         result.finding(
             f"Opt-in `model.preprocessor.draft_decode=true` (JPEGs decoded at a reduced DCT scale) delivers "
             f"{measured('webdataset_draft/webdataset')} crossmod's default memes/s, but other pixels: it keeps detail the "
-            "antialiased resize removes (models/pixels.py), so it is a per-dataset choice, not part of the comparison above."
+            "antialiased resize removes (src/crossmod/models/pixels.py), so it is a per-dataset choice, not part of the comparison above."
         )
     hand = result.payload["handoff"]
     result.finding(
@@ -177,7 +177,7 @@ def main() -> None:
 
     import torch
 
-    from datamodules.shards import write_shards
+    from crossmod.data.shards import write_shards
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     logging.getLogger("lightning.fabric").setLevel(logging.ERROR)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from PIL import Image
 
-from datamodules.heads import label_tensors
+from crossmod.data.heads import label_tensors
 
 
 class ConventionalPreprocessing:

@@ -111,9 +111,9 @@ def counted_step(folder: Path, case: dict[str, Any], batch: dict[str, torch.Tens
 
     count_cpu_fused_attention()
 
-    from datamodules.heads import parse_heads
-    from models.heads import HeadLayers
-    from models.vlm.classifier import VLMClassifier
+    from crossmod.data.heads import parse_heads
+    from crossmod.models.heads import HeadLayers
+    from crossmod.models.vlm.classifier import VLMClassifier
 
     torch.manual_seed(0)
     classifier = VLMClassifier(

@@ -59,7 +59,7 @@ def environment(site: str | None) -> dict[str, Any]:
         "versions": versions,
         "python": sys.version.split()[0],
         "installed_into": site,
-        "models_imported_from": _module_file("models"),
+        "models_imported_from": _module_file("crossmod.models"),
     }
 
 

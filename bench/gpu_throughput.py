@@ -11,7 +11,7 @@ bench/results/smoke/ and its MFU is against a stated nominal CPU figure, flagged
 What runs, per strategy, in its own process (Lightning launches one rank per device): the model built at
 random from the published config (`bench.vlm_configs`, no download; bf16 weights on GPU, flash-attention 2
 when `flash_attn` imports, else SDPA: crossmod's `attn_implementation=auto`), frozen, PEFT LoRA on the
-language model's q,v (r 8, α 16, dropout 0.05: `model=vlm`'s preset via `models.vlm.families`), crossmod's
+language model's q,v (r 8, α 16, dropout 0.05: `model=vlm`'s preset via `crossmod.models.vlm.families`), crossmod's
 head layer and masked loss on the last token's hidden state (the `head` readout of `VLMClassifier`),
 AdamW lr 2e-4, trained by a Lightning `Trainer` whose strategy is instantiated from `configs/strategy/<name>.yaml`
 (`trainer=gpu`: bf16-mixed). Under ZeRO-3 the model is built inside the strategy's sharded context with
@@ -136,11 +136,11 @@ def lora_module(config: Any, attn_implementation: str, weights_dtype: Any):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForImageTextToText
 
-    from datamodules.heads import parse_heads
-    from models.heads import HeadLayers, masked_loss
-    from models.sharding import tell_transformers, zero3_config
-    from models.vlm.classifier import last_token_index, model_inputs
-    from models.vlm.families import family_named
+    from crossmod.data.heads import parse_heads
+    from crossmod.models.heads import HeadLayers, masked_loss
+    from crossmod.models.sharding import tell_transformers, zero3_config
+    from crossmod.models.vlm.classifier import last_token_index, model_inputs
+    from crossmod.models.vlm.families import family_named
 
     heads = parse_heads(HEADS)
 
@@ -223,7 +223,7 @@ def run_hf_worker(args) -> None:
     from transformers import AutoModelForImageTextToText, Trainer, TrainerCallback
 
     from bench.hf_baseline import LastTokenClassifier, training_arguments
-    from models.vlm.classifier import model_inputs, resolve_attn_implementation
+    from crossmod.models.vlm.classifier import model_inputs, resolve_attn_implementation
 
     cpu = args.cpu_smoke
     if cpu:
@@ -298,7 +298,7 @@ def run_worker(args) -> None:
     import torch
     from lightning.pytorch.callbacks import Callback
 
-    from models.vlm.classifier import resolve_attn_implementation
+    from crossmod.models.vlm.classifier import resolve_attn_implementation
 
     cpu = args.cpu_smoke
     if cpu:

@@ -20,7 +20,7 @@ from file_memes import FileMemes, evict
 
 
 def datamodule_for(shard_dir: Path | str, preprocessor, batch_size: int, workers: int, memes: int):
-    from datamodules.memes import MemeDataModule
+    from crossmod.data.memes import MemeDataModule
 
     dm = MemeDataModule(
         heads=preprocessor.heads,
@@ -76,8 +76,8 @@ def components(shard_dir: Path, file_root: Path, crossmod, conventional, memes: 
     `read_tar` is crossmod's shard reader, `read_tar_webdataset` webdataset's `tarfile_to_samples` for reference."""
     import webdataset as wds
 
-    from datamodules.sample import decode_shard_entry
-    from datamodules.tar_reader import shard_samples
+    from crossmod.data.sample import decode_shard_entry
+    from crossmod.data.tar_reader import shard_samples
 
     urls = sorted(str(p) for p in shard_dir.glob("*.tar"))
     files = FileMemes(file_root, memes, conventional)

@@ -129,10 +129,10 @@ def persistence_threshold() -> int:
 
 
 def lora_parameters(model, family: str, r: int = LORA["r"], preset: str = "qv") -> int:
-    """r·(in + out) per Linear that crossmod's LoRA preset adapts (`models.vlm.families` regex, as PEFT matches it)."""
+    """r·(in + out) per Linear that crossmod's LoRA preset adapts (`crossmod.models.vlm.families` regex, as PEFT matches it)."""
     from torch import nn
 
-    from models.vlm.families import FAMILIES
+    from crossmod.models.vlm.families import FAMILIES
 
     pattern = next(row for row in FAMILIES if family in row.model_types).targets(preset)
     return sum(

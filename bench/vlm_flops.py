@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:  # `python bench/vlm_flops.py` puts bench/ first o
 from bench.vlm_configs import PUBLISHED, named_config  # noqa: E402
 
 LLM_LINEAR = ("q", "k", "v", "o", "gate", "up", "down")
-LORA_PRESETS = {"qv": ("q", "v"), "all_linear": LLM_LINEAR}  # models.vlm.families' presets, by projection
+LORA_PRESETS = {"qv": ("q", "v"), "all_linear": LLM_LINEAR}  # crossmod.models.vlm.families' presets, by projection
 COMPONENTS = ("vision", "merger", "llm", "lora", "readout")
 
 

@@ -2,7 +2,7 @@
 
     python bench/vlm_training.py [--smoke] [--repeats 3] [--steps 8] [--batch-size 4] [--hidden 512] [--layers 4]
 
-The model is a randomly initialised Qwen2-VL built like a real checkpoint (`models.tiny.qwen_vl`, hidden
+The model is a randomly initialised Qwen2-VL built like a real checkpoint (`crossmod.models.tiny.qwen_vl`, hidden
 `--hidden`, `--layers` decoder layers, the builder's small vision tower, images resized by the processor
 to `--image-pixels`), big enough that the model, not Python, dominates a CPU step. The memes are 512×512
 JPEGs (bench/rendered_memes.py) with captions of one to four sentences in en/de/es/hi/zh (a spread of
@@ -67,7 +67,7 @@ def make_memes(count: int, seed: int = 0) -> list:
     """`count` memes: a rendered 512 px picture, a caption of 1–4 sentences of its language, random labels."""
     import numpy as np
 
-    from datamodules.sample import Sample
+    from crossmod.data.sample import Sample
 
     rng = np.random.default_rng(seed)
     memes = []
@@ -81,7 +81,7 @@ def make_memes(count: int, seed: int = 0) -> list:
 
 
 def write_shards_for(memes: list, folder: Path) -> Path:
-    from datamodules.shards import write_shards
+    from crossmod.data.shards import write_shards
 
     validation = [type(m)(**{**vars(m), "id": m.id + "/val", "group": m.group + "/val", "split": "val"}) for m in memes[:4]]
     write_shards(memes + validation, folder, dataset="bench", heads=HEADS, params={"bench": NAME}, maxcount=64)
@@ -122,7 +122,7 @@ def crossmod_model(folder: Path, image_pixels: int, threads_seed: int = 0):
 
 
 def crossmod_data(shards: Path, preprocessor, args, grouped: bool):
-    from datamodules.memes import MemeDataModule
+    from crossmod.data.memes import MemeDataModule
 
     datamodule = MemeDataModule(
         heads=HEADS,
@@ -180,7 +180,7 @@ def train_hf(folder: Path, files: Path, args) -> dict[str, Any]:
     from PIL import Image
     from transformers import AutoProcessor, Trainer, TrainerCallback
 
-    from models.vlm.prompts import PromptSpec
+    from crossmod.models.vlm.prompts import PromptSpec
 
     torch.manual_seed(0)
     processor = AutoProcessor.from_pretrained(folder, trust_remote_code=False)
@@ -271,10 +271,10 @@ def own_imports(variant: str) -> None:
     """What the variant's code imports and sets up beyond the shared libraries: crossmod's modules, Hydra and
     its composed config; the transformers.Trainer variant needs nothing more."""
     if variant.startswith("crossmod"):
-        import datamodules.memes  # noqa: F401
-        import models.module  # noqa: F401
-        import models.vlm.classifier  # noqa: F401
-        import models.vlm.preprocess  # noqa: F401
+        import crossmod.data.memes  # noqa: F401
+        import crossmod.models.module  # noqa: F401
+        import crossmod.models.vlm.classifier  # noqa: F401
+        import crossmod.models.vlm.preprocess  # noqa: F401
 
         prompt_config()
 
@@ -396,7 +396,7 @@ def argparse_hidden() -> str:
 
 def prepare(work: Path, args) -> None:
     """The model folder, the shards and the files, once; every round and the memory runs read them."""
-    from models.tiny.qwen_vl import build_tiny_qwen_vl
+    from crossmod.models.tiny.qwen_vl import build_tiny_qwen_vl
 
     count = args.steps * args.batch_size * 2
     memes = make_memes(count)

@@ -46,7 +46,7 @@ def _val(metrics: dict, run_dir: Path) -> float:
 
 def _us_gap(metrics: dict, run_dir: Path) -> float:
     """The US head's test AUROC against US labels minus against CN labels (the most disagreeing pair)."""
-    from evaluation.alignment import alignment_matrix, read_predictions
+    from crossmod.evaluation.alignment import alignment_matrix, read_predictions
 
     matrix = alignment_matrix(*read_predictions(run_dir / "predictions" / "test.csv"))
     return matrix["US"]["US"] - matrix["US"]["CN"]

@@ -5,7 +5,7 @@
 Each variant is `train.py <dataset overrides> <variant overrides>` in its own process (same data, seed, epochs and
 selection rule); its best checkpoint's test predictions are scored per culture here: AUROC (scikit-learn), accuracy
 at 0.5, and, where the memes come with confounders (the synthetic memes), the flip-pair accuracy
-(evaluation/confounders.py). Results go to `docs/retrieval.json`; the tables between the `retrieval-table` markers in
+(src/crossmod/evaluation/confounders.py). Results go to `docs/retrieval.json`; the tables between the `retrieval-table` markers in
 docs/retrieval.md are regenerated from it (`--tables-only` re-renders without training).
 """
 
@@ -66,9 +66,9 @@ def shard_dir(run_dir: Path) -> Path:
 
 def scores(run_dir: Path) -> dict[str, Any]:
     """Per culture of the run's test predictions: AUROC, accuracy at 0.5, flip-pair accuracy (all, text, image swapped)."""
-    from datamodules.shards import read_samples
-    from evaluation.confounders import confounder_pairs, flip_pair_accuracy
-    from evaluation.metrics import culture_auroc
+    from crossmod.data.shards import read_samples
+    from crossmod.evaluation.confounders import confounder_pairs, flip_pair_accuracy
+    from crossmod.evaluation.metrics import culture_auroc
 
     by_head: dict[str, dict[str, tuple[int, float]]] = defaultdict(dict)
     with open(run_dir / "predictions" / "test.csv") as handle:

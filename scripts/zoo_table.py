@@ -5,7 +5,7 @@
 Each family runs `train.py <its overrides>` (same data, seed and epochs) in its own process; the val and
 test mean AUROC of each best checkpoint, the parameters it trained, its wall time (only indicative when other
 jobs share the machine) and the ceiling of what it sees (the best any function of its view scores on the
-val split: datamodules/synthetic.py) go to `docs/model_zoo.json`, and the table between the `zoo-table`
+val split: src/crossmod/data/synthetic.py) go to `docs/model_zoo.json`, and the table between the `zoo-table`
 markers in README.md and docs/synthetic.md is regenerated from that file.
 """
 
@@ -54,10 +54,10 @@ START, END = "<!-- zoo-table:start -->", "<!-- zoo-table:end -->"
 
 
 def val_ceiling(run_dir: Path, view: str) -> float:
-    """The mean AUROC the best function of `view` scores on the run's val split (datamodules/synthetic.py)."""
+    """The mean AUROC the best function of `view` scores on the run's val split (src/crossmod/data/synthetic.py)."""
     from omegaconf import OmegaConf
 
-    from datamodules.synthetic import SyntheticMemeSource
+    from crossmod.data.synthetic import SyntheticMemeSource
 
     source = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))["data"]["source"]
     source.pop("_target_")

@@ -33,7 +33,7 @@ class Command:
 
     @property
     def program(self) -> str:
-        """`train.py`, `-m training.cv_report`, `sbatch`, `make` …: what the command starts."""
+        """`train.py`, `-m crossmod.training.cv_report`, `sbatch`, `make` …: what the command starts."""
         if self.argv[0] == "python":
             return " ".join(self.argv[1:3]) if self.argv[1] == "-m" else self.argv[1]
         return self.argv[0]

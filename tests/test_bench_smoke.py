@@ -95,9 +95,9 @@ def test_the_file_loader_baseline_makes_the_same_model_inputs_as_crossmod_withou
     """The conventional baseline differs from crossmod's pipeline in how it works, not in what it delivers."""
     import torch
 
-    from datamodules.synthetic import SyntheticMemeSource, caption_corpus
-    from models.preprocess import MemePreprocessor
-    from models.tiny.bert import build_tiny_bert
+    from crossmod.data.synthetic import SyntheticMemeSource, caption_corpus
+    from crossmod.models.preprocess import MemePreprocessor
+    from crossmod.models.tiny.bert import build_tiny_bert
 
     sys.path.insert(0, str(ROOT / "bench"))
     from file_memes import ConventionalPreprocessing

@@ -7,15 +7,15 @@ import re
 from tests.conftest import ROOT
 
 PACKAGES = (
-    "datamodules",
-    "datamodules/sources",
-    "models",
-    "models/backbones",
-    "models/vlm",
-    "models/tiny",
-    "evaluation",
-    "training",
-    "training/callbacks",
+    "src/crossmod/data",
+    "src/crossmod/data/sources",
+    "src/crossmod/models",
+    "src/crossmod/models/backbones",
+    "src/crossmod/models/vlm",
+    "src/crossmod/models/tiny",
+    "src/crossmod/evaluation",
+    "src/crossmod/training",
+    "src/crossmod/training/callbacks",
 )
 
 

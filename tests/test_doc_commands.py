@@ -20,20 +20,20 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import training.resolvers  # noqa: F401  (the resolvers the entry points register)
+import crossmod.training.resolvers  # noqa: F401  (the resolvers the entry points register)
+from crossmod.training.user_errors import missing_keys
 from tests.conftest import ROOT, scaled
 from tests.doc_commands import Command, documented_commands, hydra_overrides
 from tests.slurm.batch_scripts import job_command, run_batch_script
 from tests.zygote import run_python
-from training.user_errors import missing_keys
 
 COMMANDS = documented_commands()
 HYDRA_PROGRAMS = {
     "train.py": "train",
     "cross_validate.py": "train",
     "zeroshot.py": "train",
-    "-m training.fewshot": "train",
-    "-m training.memebridge": "train",
+    "-m crossmod.training.fewshot": "train",
+    "-m crossmod.training.memebridge": "train",
     "evaluate.py": "evaluate",
     "export.py": "export",
     "predict.py": "predict",
@@ -43,12 +43,12 @@ RUNS_A_MODEL = {
     "train.py",
     "cross_validate.py",
     "zeroshot.py",
-    "-m training.fewshot",
-    "-m training.memebridge",
+    "-m crossmod.training.fewshot",
+    "-m crossmod.training.memebridge",
     "evaluate.py",
     "predict.py",
 }
-ARGPARSE_PROGRAMS = re.compile(r"^(prepare\.py|scripts/\w+\.py|bench/\w+\.py|-m (training|datamodules)\.\w+)$")
+ARGPARSE_PROGRAMS = re.compile(r"^(prepare\.py|scripts/\w+\.py|bench/\w+\.py|-m crossmod\.(training|data)\.\w+)$")
 EXTERNAL = {"aws", "apt-get", "sudo"}  # third-party tools; `sudo slurm/local_cluster.sh` is checked below
 BATCH_OPTIONS = re.compile(r"--(nodes|gpus-per-node|ntasks-per-node|array)=(\d+)")
 

@@ -24,7 +24,7 @@ def test_every_command_in_the_table_exists_and_is_runnable():
     for command in commands:
         words = command.split()
         if words[:2] == ["python", "-m"]:
-            assert _runnable(ROOT / (words[2].replace(".", "/") + ".py")), f"README names {command!r}: no such runnable module"
+            assert _runnable(ROOT / "src" / (words[2].replace(".", "/") + ".py")), f"README names {command!r}: no such runnable module"
         elif words[0] == "python":
             assert _runnable(ROOT / words[1]), f"README names {command!r}: no such runnable script"
         else:

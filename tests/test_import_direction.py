@@ -1,4 +1,4 @@
-"""The packages import downwards only: datamodules ← models ← training, evaluation beside models on datamodules.
+"""crossmod's packages import downwards only: data ← models ← training, evaluation beside models on data.
 
 Read from the source (every `import` and `from … import`, also inside functions), so an import that is
 deferred to a function body to dodge a cycle still counts.
@@ -13,12 +13,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+PACKAGE = ROOT / "src" / "crossmod"
 # package → the crossmod packages it may import
 ALLOWED = {
-    "datamodules": set(),
-    "evaluation": {"datamodules"},
-    "models": {"datamodules", "evaluation"},
-    "training": {"datamodules", "evaluation", "models"},
+    "data": set(),
+    "evaluation": {"data"},
+    "models": {"data", "evaluation"},
+    "training": {"data", "evaluation", "models"},
 }
 
 
@@ -26,23 +27,23 @@ def imported_packages(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
+            found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-    return found & set(ALLOWED)
+            found.add(node.module)
+    return {name.split(".")[1] for name in found if name.startswith("crossmod.") and name.split(".")[1] in ALLOWED}
 
 
 def import_graph() -> dict[str, set[str]]:
-    return {package: set().union(*(imported_packages(p) for p in (ROOT / package).rglob("*.py"))) - {package} for package in ALLOWED}
+    return {package: set().union(*(imported_packages(p) for p in (PACKAGE / package).rglob("*.py"))) - {package} for package in ALLOWED}
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_package_imports_only_packages_below_it(package: str) -> None:
     upward = import_graph()[package] - ALLOWED[package]
-    assert not upward, f"{package}/ imports {sorted(upward)}, which sit above it or beside it"
+    assert not upward, f"crossmod.{package} imports {sorted(upward)}, which sit above it or beside it"
 
 
 def test_a_deferred_upward_import_is_found(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from training.pipeline import run\n    import models.module\n")
+    module.write_text("def f():\n    from crossmod.training.pipeline import run\n    import crossmod.models.module\n")
     assert imported_packages(module) == {"training", "models"}

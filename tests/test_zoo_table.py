@@ -29,7 +29,7 @@ def test_every_family_was_measured_with_its_ceiling():
 
 
 def test_stored_ceilings_are_the_generators():
-    from datamodules.synthetic import SyntheticMemeSource
+    from crossmod.data.synthetic import SyntheticMemeSource
 
     oracle = SyntheticMemeSource(label_noise=0.01).summary()["oracle_by_split"]["val"]  # configs/data/synthetic.yaml's source
     for family, row in ROWS.items():

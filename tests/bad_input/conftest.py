@@ -35,7 +35,7 @@ def leaky_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def exported_culture(leaky_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run's US culture as export.py writes it."""
-    from training.artifacts import export_culture, run_model
+    from crossmod.training.artifacts import export_culture, run_model
 
     model, info = run_model(leaky_run)
     return export_culture(model, info, leaky_run, "US", tmp_path_factory.mktemp("export") / "US")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from datamodules.sources.base import RawDataError
+from crossmod.data.sources.base import RawDataError
 from tests.bad_input.tally import check_counts
 from tests.datamodules.sources.helpers import convert, source
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import webdataset as wds
 
-from datamodules.tar_reader import shard_samples
+from crossmod.data.tar_reader import shard_samples
 
 
 def copy_dataset(source: Path, destination: Path) -> Path:

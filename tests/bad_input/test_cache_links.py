@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from datamodules.remote import cached_copy
+from crossmod.data.remote import cached_copy
 from tests.fixtures.shard_server import serve
 from tests.fixtures.small import small_synthetic
 
@@ -68,7 +68,7 @@ class FixedEngine:
 
 
 def test_ocr_cache_refuses_a_cache_file_that_links_outside(victim, tmp_path):
-    from datamodules.ocr import CaptionReader
+    from crossmod.data.ocr import CaptionReader
 
     cache = tmp_path / "ocr" / "captions.jsonl"
     cache.parent.mkdir()
@@ -80,7 +80,7 @@ def test_ocr_cache_refuses_a_cache_file_that_links_outside(victim, tmp_path):
 
 
 def test_clip_embedding_cache_ignores_a_link_planted_at_its_temporary_name(victim, tmp_path):
-    from training.clip_embeddings import cached_embeddings
+    from crossmod.training.clip_embeddings import cached_embeddings
 
     path = tmp_path / "emb" / "ds.clip-1.images.safetensors"
     path.parent.mkdir()
@@ -91,7 +91,7 @@ def test_clip_embedding_cache_ignores_a_link_planted_at_its_temporary_name(victi
 
 
 def test_clip_embedding_cache_refuses_a_linked_cache_folder(victim, tmp_path):
-    from training.clip_embeddings import cached_embeddings
+    from crossmod.training.clip_embeddings import cached_embeddings
 
     linked = tmp_path / "emb"
     linked.symlink_to(victim.parent, target_is_directory=True)
@@ -101,7 +101,7 @@ def test_clip_embedding_cache_refuses_a_linked_cache_folder(victim, tmp_path):
 
 
 def test_tiny_model_build_ignores_a_link_planted_at_its_staging_folder(victim, tmp_path):
-    from models.tiny.folder import build_once
+    from crossmod.models.tiny.folder import build_once
 
     out = tmp_path / "assets" / "tiny-bert"
     out.parent.mkdir()
@@ -116,7 +116,7 @@ def test_tiny_model_build_ignores_a_link_planted_at_its_staging_folder(victim, t
 
 
 def test_shard_conversion_ignores_links_planted_at_its_staging_names(victim, tmp_path):
-    from datamodules.shards import write_json_atomic
+    from crossmod.data.shards import write_json_atomic
 
     out = tmp_path / "data" / "synthetic-6-20"
     out.parent.mkdir()

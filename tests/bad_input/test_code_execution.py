@@ -19,12 +19,12 @@ import pytest
 import torch
 import yaml
 
-from models.module import MemeClassifier
-from models.trusted_targets import UntrustedConfigError
+from crossmod.models.module import MemeClassifier
+from crossmod.models.trusted_targets import UntrustedConfigError
+from crossmod.training.artifacts import load_culture, run_model
 from tests.conftest import ROOT, scaled
 from tests.datamodules.sources import layouts
 from tests.zygote import run_python
-from training.artifacts import load_culture, run_model
 
 
 def remote_code_model(directory: Path, marker: Path) -> Path:
@@ -91,12 +91,12 @@ def test_predict_refuses_a_culture_folder_whose_config_runs_remote_code(culture_
     [
         (
             "text",
-            lambda m: {"_target_": "models.backbones.text.HFTextEncoder", "name_or_path": "x", "trust_remote_code": True},
+            lambda m: {"_target_": "crossmod.models.backbones.text.HFTextEncoder", "name_or_path": "x", "trust_remote_code": True},
             "text.trust_remote_code",
         ),
         (
             "fusion",
-            lambda m: {"_target_": "models.fusion.ConcatFusion", "_args_": [exec_payload(m)]},
+            lambda m: {"_target_": "crossmod.models.fusion.ConcatFusion", "_args_": [exec_payload(m)]},
             "fusion._args_[0]._target_: _target_ 'builtins.exec'",
         ),
         (
@@ -107,7 +107,7 @@ def test_predict_refuses_a_culture_folder_whose_config_runs_remote_code(culture_
         ("optimizer", lambda m: {"_target_": "torch.optim.AdamW", "lr": "${oc.env:HOME}"}, "optimizer.lr: interpolation"),
         (
             "fusion",
-            lambda m: {"_target_": "models.vlm.classifier.VLMClassifier", "attn_implementation": "evil/kernels"},
+            lambda m: {"_target_": "crossmod.models.vlm.classifier.VLMClassifier", "attn_implementation": "evil/kernels"},
             "attn_implementation 'evil/kernels'",
         ),
     ],
@@ -154,7 +154,7 @@ def test_evaluate_refuses_a_checkpoint_whose_hyperparameters_run_remote_code(lea
     live = _tampered_checkpoint(leaky_run, tmp_path / "live.ckpt", preprocessor=remote_code_config(tmp_path / "live-payload", live_marker))
     # Lightning's own loader builds whatever the file names (and then fails on the odd preprocessor). `__wrapped__`, not
     # `__func__`: Lightning's restricted classmethod sets `__func__` in 2.6.6 (constraints.txt) but not in 2.5.5 (the floor).
-    code = f"import lightning as L; from models.module import MemeClassifier; L.LightningModule.load_from_checkpoint.__wrapped__(MemeClassifier, {str(live)!r})"
+    code = f"import lightning as L; from crossmod.models.module import MemeClassifier; L.LightningModule.load_from_checkpoint.__wrapped__(MemeClassifier, {str(live)!r})"
     run_python(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -204,7 +204,7 @@ def test_a_run_config_is_checked_before_weights_only_checkpoints_rebuild_from_it
 
 def test_every_shipped_model_config_names_only_trusted_targets():
     """What train.py builds from configs/ must load again from its own export and checkpoints."""
-    from models.trusted_targets import TRUSTED_TARGETS
+    from crossmod.models.trusted_targets import TRUSTED_TARGETS
 
     def targets(node):
         if isinstance(node, dict):

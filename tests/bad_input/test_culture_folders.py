@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from training.artifacts import load_culture
+from crossmod.training.artifacts import load_culture
 
 STOLEN = "stolen-7c2e91"  # the outside file's distinctive content
 

@@ -18,10 +18,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from crossmod.training.clip_embeddings import cache_file, model_identity, write_cache
+from crossmod.training.fewshot import FewShotRun, build_table
+from crossmod.training.fewshot_prompts import FewShotPrompt
 from tests.conftest import ROOT
-from training.clip_embeddings import cache_file, model_identity, write_cache
-from training.fewshot import FewShotRun, build_table
-from training.fewshot_prompts import FewShotPrompt
 
 DATASET = "toxictags"
 

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import torch
 
-from datamodules.cache_files import save_weights
-from training import artifacts
+from crossmod.data.cache_files import save_weights
+from crossmod.training import artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,8 +47,7 @@ def test_an_export_folder_is_readable_per_the_umask(tmp_path, monkeypatch):
 def test_no_module_saves_safetensors_around_the_helper():
     callers = [
         str(path.relative_to(ROOT))
-        for folder in ("training", "models", "datamodules", "evaluation")
-        for path in (ROOT / folder).rglob("*.py")
+        for path in (ROOT / "src" / "crossmod").rglob("*.py")
         if re.search(r"\bsave_file\(", path.read_text()) and path.name != "cache_files.py"
     ]
-    assert not callers, f"{callers} call safetensors' save_file directly: use datamodules.cache_files.save_weights"
+    assert not callers, f"{callers} call safetensors' save_file directly: use crossmod.data.cache_files.save_weights"

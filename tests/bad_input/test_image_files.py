@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from datamodules.sources.images import MAX_IMAGE_BYTES
+from crossmod.data.sources.images import MAX_IMAGE_BYTES
 from tests.bad_input.conversion_attacks import refused_then_counted
 from tests.conftest import ROOT, scaled
 from tests.datamodules.sources import layouts
@@ -38,7 +38,7 @@ CASES = {
 PROBE = """
 import json, resource, sys
 from pathlib import Path
-from datamodules.predict_inputs import read_inputs
+from crossmod.data.predict_inputs import read_inputs
 from tests.datamodules.sources.helpers import convert, source
 def run(raw, out, limit):
     manifest = convert(source("hateful_memes", raw, on_error="skip", max_image_bytes=limit), out)
@@ -123,7 +123,7 @@ def test_a_fifo_named_png_does_not_hang_conversion_or_predict(tmp_path, record_p
     (raw / "images" / "tt5.jpg").unlink()
     os.mkfifo(raw / "images" / "tt5.jpg")
     script = (
-        "import sys; from pathlib import Path; from datamodules.predict_inputs import read_inputs;"
+        "import sys; from pathlib import Path; from crossmod.data.predict_inputs import read_inputs;"
         "r = read_inputs(Path(sys.argv[1]), on_error='skip'); print(r.read, r.skipped[0].reason)"
     )
     result = subprocess.run(

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.folds import iter_records
-from datamodules.manifest_checks import ManifestError
-from datamodules.memes import MemeDataModule
-from datamodules.sample import SampleError
-from datamodules.shards import read_manifest, read_samples, verify_shards
-from datamodules.tar_reader import ShardFormatError
+from crossmod.data.folds import iter_records
+from crossmod.data.manifest_checks import ManifestError
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.sample import SampleError
+from crossmod.data.shards import read_manifest, read_samples, verify_shards
+from crossmod.data.tar_reader import ShardFormatError
+from crossmod.training.predicting import read_inputs
 from tests.bad_input.shard_tampering import copy_dataset, edit_manifest, raw_entries, rewrite_shard
 from tests.fixtures.small import small_synthetic
-from training.predicting import read_inputs
 
 HEADS = {name: {"kind": "binary"} for name in ("US", "DE", "MX", "IN", "CN")}
 

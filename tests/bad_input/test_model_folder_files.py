@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from crossmod.training.transfer_report import read_zeroshot_answers
 from tests.conftest import ROOT
-from training.transfer_report import read_zeroshot_answers
 
 
 def test_a_non_numeric_prediction_in_answers_csv_names_file_and_row(tmp_path):
@@ -32,7 +32,7 @@ def test_a_non_numeric_prediction_in_answers_csv_names_file_and_row(tmp_path):
     "content", ['["model_type", "qwen2_vl"]', '"qwen2_vl"', '{"model_type": ["qwen2_vl"]}'], ids=["list", "string", "list-value"]
 )
 def test_a_vlm_config_that_is_not_an_object_is_a_clear_error(content, tmp_path):
-    from models.vlm.families import family_for
+    from crossmod.models.vlm.families import family_for
 
     folder = tmp_path / "vlm"
     folder.mkdir()
@@ -44,8 +44,8 @@ def test_a_vlm_config_that_is_not_an_object_is_a_clear_error(content, tmp_path):
 
 
 def test_a_chat_template_the_sandbox_refuses_names_its_file(tmp_path):
-    from models.tiny.vlm import build_tiny_vlm
-    from models.vlm.preprocess import VLMPreprocessor
+    from crossmod.models.tiny.vlm import build_tiny_vlm
+    from crossmod.models.vlm.preprocess import VLMPreprocessor
 
     folder = Path(build_tiny_vlm(tmp_path / "vlm", ["a meme about cats", "hello world"]))
     template = folder / "chat_template.jinja"
@@ -58,9 +58,9 @@ def test_a_chat_template_the_sandbox_refuses_names_its_file(tmp_path):
 
 def test_few_shot_and_tag_prompts_render_through_the_same_guard(tmp_path):
     """The few-shot generator (and MemeBridge, the tag generator) render chats with the same named-file error."""
-    from models.tiny.vlm import build_tiny_vlm
-    from training.fewshot_prompts import FewShotGenerator
-    from training.scoring import single_device_trainer
+    from crossmod.models.tiny.vlm import build_tiny_vlm
+    from crossmod.training.fewshot_prompts import FewShotGenerator
+    from crossmod.training.scoring import single_device_trainer
 
     folder = Path(build_tiny_vlm(tmp_path / "vlm", ["a meme about cats", "hello world"]))
     template = folder / "chat_template.jinja"

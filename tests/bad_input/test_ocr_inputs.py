@@ -11,10 +11,10 @@ import zlib
 import pytest
 from PIL import Image
 
-from datamodules.ocr import CaptionReader, CaptionsFromImages
-from datamodules.sample import Sample
-from datamodules.shards import Skipped
-from training.predicting import read_captions
+from crossmod.data.ocr import CaptionReader, CaptionsFromImages
+from crossmod.data.sample import Sample
+from crossmod.data.shards import Skipped
+from crossmod.training.predicting import read_captions
 
 
 class CountingEngine:
@@ -105,7 +105,7 @@ class ImageOnlySource:
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
 def test_an_image_over_the_bound_is_a_counted_skip_when_the_user_asked_for_skipping(on_error, monkeypatch):
     engine = CountingEngine()
-    monkeypatch.setattr("datamodules.ocr.ocr_engine", lambda name, langs: engine)
+    monkeypatch.setattr("crossmod.data.ocr.ocr_engine", lambda name, langs: engine)
     images = {"memes/a.png": png(9), "memes/bomb.png": huge_one_bit_png(8_000, 8_000), "memes/b.png": png(10)}
     source = CaptionsFromImages(ImageOnlySource(images, on_error), engine="counting")
     if on_error == "raise":

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from models.trusted_targets import DATA_TARGETS, TRUSTED_TARGETS, _walk
+from crossmod.models.trusted_targets import DATA_TARGETS, TRUSTED_TARGETS, _walk
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FILES = sorted(
@@ -47,4 +47,4 @@ def test_every_target_of_crossmods_configs_passes_the_trust_check(path):
 def test_the_walk_sees_the_targets_it_checks():
     """The test above can fail: the Multi3Hate config names a manifest summary its data section builds."""
     targets = [t for _, t in _targets(_sections(CONFIGS / "data" / "multi3hate.yaml")["data"])]
-    assert "evaluation.dataset_report.manifest_summary" in targets and "datamodules.memes.MemeDataModule" in targets
+    assert "crossmod.evaluation.dataset_report.manifest_summary" in targets and "crossmod.data.memes.MemeDataModule" in targets

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.memes import MemeDataModule
-from datamodules.paths import OutsideRoot, resolve_within
-from datamodules.predict_inputs import InputError, read_inputs
-from datamodules.sample import Sample
-from datamodules.shards import read_manifest, read_samples, verify_shards, write_shards
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.paths import OutsideRoot, resolve_within
+from crossmod.data.predict_inputs import InputError, read_inputs
+from crossmod.data.sample import Sample
+from crossmod.data.shards import read_manifest, read_samples, verify_shards, write_shards
 from tests.bad_input.conversion_attacks import json_line, refused_then_counted, replace_line, shard_bytes
 from tests.bad_input.tally import check_counts
 from tests.datamodules.sources import layouts

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.predict_inputs import InputError, read_inputs
-from datamodules.sample import Sample
-from datamodules.shards import write_shards
+from crossmod.data.predict_inputs import InputError, read_inputs
+from crossmod.data.sample import Sample
+from crossmod.data.shards import write_shards
+from crossmod.training.predicting import write_predictions
 from tests.conftest import ROOT, scaled
 from tests.datamodules.sources import layouts
 from tests.zygote import run_python
-from training.predicting import write_predictions
 
 
 def _folder(tmp_path: Path, bad_name: str, bad: bytes) -> Path:

@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-import datamodules.remote as remote
-from datamodules.remote import RemoteReadError
-from datamodules.shards import read_manifest
+import crossmod.data.remote as remote
+from crossmod.data.remote import RemoteReadError
+from crossmod.data.shards import read_manifest
 from tests.fixtures.shard_server import serve
 from tests.fixtures.small import small_synthetic
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from datamodules.shards import sha256_file
-from models.trusted_targets import UntrustedConfigError
-from training.retrieval_db import DB_FILE, IDS_FILE, Database, DatabaseError, read_database, run_training_memes, write_database
+from crossmod.data.shards import sha256_file
+from crossmod.models.trusted_targets import UntrustedConfigError
+from crossmod.training.retrieval_db import DB_FILE, IDS_FILE, Database, DatabaseError, read_database, run_training_memes, write_database
 
 
 def _good(folder: Path) -> dict:
@@ -115,7 +115,7 @@ def test_a_card_without_usable_database_facts_is_refused(tmp_path, facts):
 
 def test_a_run_whose_data_config_names_code_is_refused_before_anything_is_built(tmp_path):
     """export.py kind=retrieval reads the run's training memes from the run's config.yaml: a shared run is data too."""
-    config = {"data": {"_target_": "datamodules.memes.MemeDataModule", "source": {"_target_": "os.system", "command": "touch pwned"}}}
+    config = {"data": {"_target_": "crossmod.data.memes.MemeDataModule", "source": {"_target_": "os.system", "command": "touch pwned"}}}
     with pytest.raises(UntrustedConfigError, match="os.system"):
         run_training_memes(tmp_path, config, model=None, culture="US")
     assert not (tmp_path / "pwned").exists()
@@ -133,7 +133,7 @@ def test_a_run_whose_data_config_names_code_is_refused_before_anything_is_built(
 def test_add_checks_incoming_ids_by_the_load_rule_before_anything_is_written(ids, named):
     """What `retrieval_db add` reads from shards is checked by the rule every later load applies (check_ids), before
     anything is embedded or written: a database that no load would accept is never made."""
-    from training.retrieval_db import check_ids
+    from crossmod.training.retrieval_db import check_ids
 
     with pytest.raises(DatabaseError, match=re.escape(named)):
         check_ids(ids, "shards")

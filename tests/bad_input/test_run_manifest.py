@@ -99,7 +99,7 @@ def test_a_fold_entry_claiming_other_splits_is_refused(fold_run, data_dir, tmp_p
 
 
 def _groups_of(run: Path, split: str) -> set[str]:
-    from datamodules.shards import read_samples
+    from crossmod.data.shards import read_samples
 
     return {r["group"] for r in read_samples(_dataset_manifest(run).parent, [split])}
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from crossmod.training.redaction import is_secret_key, redact, redact_override
 from tests.bad_input.test_secrets import files_holding_secrets
-from training.redaction import is_secret_key, redact, redact_override
 
 SHAPES = {
     "+creds={api_key: nested-5ecret-8e1f02, user: alice}": "nested-5ecret-8e1f02",

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crossmod.training.redaction import is_secret_key, redact
+from crossmod.training.wandb_offline import read_offline_run
 from tests.bad_input.conftest import SECRETS
-from training.redaction import is_secret_key, redact
-from training.wandb_offline import read_offline_run
 
 
 def files_holding_secrets(root: Path, secrets: list[str]) -> dict[str, list[str]]:

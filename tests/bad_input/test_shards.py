@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.folds import iter_records
-from datamodules.memes import MemeDataModule
-from datamodules.shards import read_manifest, read_samples
-from datamodules.tar_reader import ShardFormatError, shard_samples
+from crossmod.data.folds import iter_records
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.shards import read_manifest, read_samples
+from crossmod.data.tar_reader import ShardFormatError, shard_samples
+from crossmod.training.predicting import read_inputs
 from tests.bad_input.shard_tampering import copy_dataset, raw_entries, rewrite_shard, shard_record
 from tests.fixtures.small import small_synthetic
-from training.predicting import read_inputs
 
 SHARD = "train-000000.tar"
 

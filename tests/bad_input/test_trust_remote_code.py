@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import ROOT, scaled
 
-SCANNED = ("datamodules", "models", "training", "evaluation", "scripts", "bench", "core")
+SCANNED = ("src/crossmod", "scripts", "bench")
 # Loaders that never import code from a folder (PEFT reads an adapter's config and safetensors weights).
 NO_CODE_PATH = {"PeftModel"}
 
@@ -48,7 +48,7 @@ def test_every_from_pretrained_in_crossmod_says_trust_remote_code_false():
 def _payload_folder(tmp_path: Path, marker: Path) -> Path:
     """A tiny Qwen2-VL folder turned hostile: its processor config and config.json name classes in the folder's own
     `processing_payload.py` (`auto_map`, an unknown model_type), which writes `marker` when imported."""
-    from models.tiny.vlm import build_tiny_vlm
+    from crossmod.models.tiny.vlm import build_tiny_vlm
 
     folder = Path(build_tiny_vlm(tmp_path / "vlm", ["a meme about cats", "hello world"]))
     processor_config = json.loads((folder / "processor_config.json").read_text())
@@ -66,7 +66,7 @@ def _payload_folder(tmp_path: Path, marker: Path) -> Path:
 
 
 LOAD = (
-    "import sys\nfrom models.vlm.families import family_named\nfrom models.vlm.preprocess import load_processor\n"
+    "import sys\nfrom crossmod.models.vlm.families import family_named\nfrom crossmod.models.vlm.preprocess import load_processor\n"
     "try:\n    load_processor(sys.argv[1], family_named('qwen2_vl'))\nexcept ValueError as error:\n    print('REFUSED', error)\n"
 )
 
@@ -94,7 +94,7 @@ def test_a_vlm_folder_with_auto_map_is_refused_without_a_prompt(stdin, tmp_path)
 def from_pretrained_without_the_folder_check() -> list[str]:
     """`file:function` of every function in crossmod's library code that calls `X.from_pretrained` (X not PEFT) without
     calling `refuse_shipped_code` itself: the scan that keeps a new loader from skipping the check."""
-    files = [p for d in ("datamodules", "models", "training", "evaluation") for p in (ROOT / d).rglob("*.py")]
+    files = sorted((ROOT / "src" / "crossmod").rglob("*.py"))
     found = []
     for path in files:
         for function in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -121,7 +121,7 @@ def test_every_loader_checks_the_folder_for_shipped_code_first():
 def _known_type_folder(tmp_path: Path, config_file: str, nested: bool) -> Path:
     """A tiny Qwen2-VL folder (a type Transformers knows, so trust_remote_code=False alone would load it silently)
     whose `config_file` names a class in the folder's own Python."""
-    from models.tiny.vlm import build_tiny_vlm
+    from crossmod.models.tiny.vlm import build_tiny_vlm
 
     folder = Path(build_tiny_vlm(tmp_path / "vlm", ["a meme about cats", "hello world"]))
     path = folder / config_file
@@ -141,8 +141,8 @@ def _known_type_folder(tmp_path: Path, config_file: str, nested: bool) -> Path:
     ids=["config", "nested-config", "tokenizer-config"],
 )
 def test_a_known_type_folder_with_auto_map_is_refused_naming_file_and_place(config_file, nested, place, tmp_path):
-    from models.model_folders import ShippedCodeError
-    from models.vlm.classifier import VLMClassifier
+    from crossmod.models.model_folders import ShippedCodeError
+    from crossmod.models.vlm.classifier import VLMClassifier
 
     folder = _known_type_folder(tmp_path, config_file, nested)
     with pytest.raises(ShippedCodeError, match=rf"{folder / config_file}: `{place}` names Python classes .*trust_remote_code=False"):

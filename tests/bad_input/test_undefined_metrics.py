@@ -22,11 +22,11 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
 from PIL import Image
 
-from datamodules.memes import MemeDataModule
-from datamodules.sample import Sample
-from datamodules.shards import write_shards
-from models.module import MemeClassifier
-from training.callbacks.checkpoint import NanSafeModelCheckpoint
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.sample import Sample
+from crossmod.data.shards import write_shards
+from crossmod.models.module import MemeClassifier
+from crossmod.training.callbacks.checkpoint import NanSafeModelCheckpoint
 
 HEADS = {
     "US": {"kind": "binary"},
@@ -54,10 +54,10 @@ def _one_class_validation(directory: Path) -> Path:
 
 
 def _tiny_model() -> MemeClassifier:
-    image = {"_target_": "models.backbones.image.TimmImageEncoder", "model_name": "test_efficientnet"}
+    image = {"_target_": "crossmod.models.backbones.image.TimmImageEncoder", "model_name": "test_efficientnet"}
     return MemeClassifier(
-        fusion={"_target_": "models.fusion.ImageOnly"},
-        preprocessor={"_target_": "models.preprocess.MemePreprocessor", "image_model": "test_efficientnet", "image_size": 32},
+        fusion={"_target_": "crossmod.models.fusion.ImageOnly"},
+        preprocessor={"_target_": "crossmod.models.preprocess.MemePreprocessor", "image_model": "test_efficientnet", "image_size": 32},
         heads=HEADS,
         optimizer={"_target_": "torch.optim.AdamW", "lr": 1e-3},
         image=image,
@@ -96,7 +96,7 @@ def test_a_one_class_validation_split_is_nan_named_per_head_and_never_a_best_che
     assert Path(lightning_own.best_model_path).name == "epoch000.ckpt"  # the attack: Lightning's "best" is epoch 0
     assert nan_safe.best_model_path == "" and not list((tmp_path / "safe").glob("*.ckpt"))
 
-    metric_warnings = _messages(caplog, "models.module")
+    metric_warnings = _messages(caplog, "crossmod.models.module")
     expected = {
         "US": "auroc undefined (one class only: all 4 annotated items are 1)",
         "topic": "auroc undefined (class 'b', 'c' absent from the 4 annotated items)",
@@ -106,7 +106,7 @@ def test_a_one_class_validation_split_is_nan_named_per_head_and_never_a_best_che
     assert sorted(metric_warnings) == sorted(
         f"val: head {h}: {what}: NaN, left out of val/mean" for h, what in expected.items() for _ in range(2)
     )
-    checkpoint_warnings = _messages(caplog, "training.callbacks.checkpoint")
+    checkpoint_warnings = _messages(caplog, "crossmod.training.callbacks.checkpoint")
     assert [m.split(":")[0] for m in checkpoint_warnings[:2]] == ["epoch 0", "epoch 1"]
     assert all(f"{MONITOR} is NaN" in m and "not ranked" in m for m in checkpoint_warnings[:2])
     assert checkpoint_warnings[2].startswith(f"{MONITOR} was NaN at every validation (epochs [0, 1]): no checkpoint was selected")
@@ -146,5 +146,5 @@ def test_validations_with_a_nan_monitor_are_skipped_by_name_and_the_rest_ranked(
     trainer.fit(_Scripted(values))
     assert Path(callback.best_model_path).name == f"epoch{best:03d}.ckpt"
     assert callback.unranked_epochs == unranked
-    warnings = _messages(caplog, "training.callbacks.checkpoint")
+    warnings = _messages(caplog, "crossmod.training.callbacks.checkpoint")
     assert [m.split(":")[0] for m in warnings] == [f"epoch {e}" for e in unranked]  # no "every validation" warning

@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from datamodules.cache_files import LinkedCachePath
-from datamodules.cache_keys import entry_mac
-from models.vlm import vision_cache
-from models.vlm.cached_vision import batch_layout
-from models.vlm.vision_cache import DamagedCacheEntry, VisionFeatureStore
+from crossmod.data.cache_files import LinkedCachePath
+from crossmod.data.cache_keys import entry_mac
+from crossmod.models.vlm import vision_cache
+from crossmod.models.vlm.cached_vision import batch_layout
+from crossmod.models.vlm.vision_cache import DamagedCacheEntry, VisionFeatureStore
 
 KEY = hashlib.sha256(b"meme").hexdigest()
 OTHER = hashlib.sha256(b"another meme").hexdigest()
@@ -155,8 +155,8 @@ def test_a_batch_reads_its_entries_in_one_layout():
 
 
 def test_a_cache_key_file_that_is_a_link_is_refused(tmp_path, monkeypatch):
-    from datamodules.cache_files import LinkedCachePath
-    from datamodules.cache_keys import entry_mac
+    from crossmod.data.cache_files import LinkedCachePath
+    from crossmod.data.cache_keys import entry_mac
 
     theirs = tmp_path / "theirs"
     theirs.write_text("ab" * 32 + "\n")

@@ -55,7 +55,7 @@ def test_lora_count_matches_peft_and_hand_count():
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForImageTextToText
 
-    from models.vlm.families import family_named
+    from crossmod.models.vlm.families import family_named
 
     config = small_config("qwen2_vl", hidden=64, layers=2, heads=4, kv_heads=2, vision_width=32, vision_depth=1)
     model = AutoModelForImageTextToText.from_config(config)

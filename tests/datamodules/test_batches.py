@@ -6,7 +6,7 @@ import pickle
 
 from torch.utils.data import DataLoader
 
-from datamodules.batches import SamplesToBatch
+from crossmod.data.batches import SamplesToBatch
 
 
 class Recording:

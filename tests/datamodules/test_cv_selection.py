@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from datamodules.memes import MemeDataModule
-from datamodules.synthetic import SyntheticMemeSource
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.synthetic import SyntheticMemeSource
 from tests.datamodules.test_memes import HEADS, IdsOnly, _ids
 
 NUM_FOLDS = 3

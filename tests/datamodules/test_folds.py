@@ -6,8 +6,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from datamodules.folds import assign_folds, ensure_folds, iter_records
-from datamodules.shards import read_manifest
+from crossmod.data.folds import assign_folds, ensure_folds, iter_records
+from crossmod.data.shards import read_manifest
 from tests.fixtures.small import small_synthetic
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from datamodules.heads import Head, label_mask, parse_heads
+from crossmod.data.heads import Head, label_mask, parse_heads
 
 
 def test_widths_labels_and_probabilities_per_kind():

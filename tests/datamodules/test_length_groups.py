@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from datamodules.length_groups import LengthGroupedBatches
-from datamodules.memes import MemeDataModule
-from datamodules.synthetic import SyntheticMemeSource
+from crossmod.data.length_groups import LengthGroupedBatches
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.synthetic import SyntheticMemeSource
 from tests.datamodules.test_memes import HEADS, IdsOnly
 
 

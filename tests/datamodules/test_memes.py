@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from datamodules.folds import iter_records
-from datamodules.memes import MemeDataModule
-from datamodules.synthetic import SyntheticMemeSource
+from crossmod.data.folds import iter_records
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.synthetic import SyntheticMemeSource
 
 HEADS = {c: {"kind": "binary"} for c in ("US", "DE", "MX", "IN", "CN")}
 
@@ -178,7 +178,7 @@ class Inputs:
 def test_an_ablation_removes_one_modality_from_every_stage(tmp_path, ablate):
     """data.ablate=text: every caption empty; data.ablate=image: every image the same grey picture; in training,
     validation and test streams alike (and nothing else changed)."""
-    from datamodules.ablation import grey_image
+    from crossmod.data.ablation import grey_image
 
     dm = _datamodule(tmp_path, ablate=ablate, batch_size=8)
     dm.preprocessor = Inputs()

@@ -12,9 +12,9 @@ import pytest
 from PIL import ImageFont
 
 from bench.rendered_memes import SCRIPT, font_file, render
-from datamodules.ocr import CaptionReader, RapidOcr, TesseractOcr, caption
-from datamodules.predict_inputs import check_inputs, missing_inputs
-from datamodules.synthetic import random_scene, render_meme
+from crossmod.data.ocr import CaptionReader, RapidOcr, TesseractOcr, caption
+from crossmod.data.predict_inputs import check_inputs, missing_inputs
+from crossmod.data.synthetic import random_scene, render_meme
 
 CAPTIONS = {  # top and bottom text of the memes test_predict_ocr scores
     "en": ("Germany!", "always fun to watch"),
@@ -106,8 +106,8 @@ def test_memes_lacking_what_the_model_reads_stop_the_run_with_the_way_out():
 def test_a_dataset_without_text_is_converted_with_captions_read_off_its_images(tmp_path, engine):
     """Hateful Memes layout, two memes with their text missing: without OCR the conversion names the first;
     with `ocr` their captions come from the images, marked as such, and the shards get their own fingerprint."""
-    from datamodules.memes import MemeDataModule
-    from datamodules.shards import read_samples
+    from crossmod.data.memes import MemeDataModule
+    from crossmod.data.shards import read_samples
     from tests.datamodules.sources.helpers import source
     from tests.datamodules.sources.layouts import hateful_memes, write_jsonl
 

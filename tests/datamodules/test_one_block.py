@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.one_block import one_block
+from crossmod.data.one_block import one_block
 from tests.datamodules.test_memes import HEADS, _datamodule
 
 

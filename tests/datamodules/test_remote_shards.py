@@ -14,10 +14,10 @@ import tarfile
 
 import pytest
 
-from datamodules.remote import RemoteReadError, RemoteStream, file_url, is_remote
-from datamodules.sample import SampleError
-from datamodules.shards import read_manifest, read_samples, sha256_file
-from datamodules.tar_reader import ShardFormatError
+from crossmod.data.remote import RemoteReadError, RemoteStream, file_url, is_remote
+from crossmod.data.sample import SampleError
+from crossmod.data.shards import read_manifest, read_samples, sha256_file
+from crossmod.data.tar_reader import ShardFormatError
 from tests.fixtures.shard_server import serve
 from tests.fixtures.small import small_synthetic
 

@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 from PIL import Image
 
-from datamodules.folds import iter_records
-from datamodules.sample import Sample, SampleError, decode_shard_entry
-from datamodules.shards import Skipped, read_manifest, verify_shards, write_shards
+from crossmod.data.folds import iter_records
+from crossmod.data.sample import Sample, SampleError, decode_shard_entry
+from crossmod.data.shards import Skipped, read_manifest, verify_shards, write_shards
 from tests.fixtures.small import small_synthetic
 
 HEADS = {"US": {"kind": "binary"}, "topic": {"kind": "multiclass", "classes": ["a", "b", "c"]}}
@@ -108,7 +108,7 @@ def test_checksums_catch_a_rewritten_shard(tmp_path):
 def test_a_long_conversion_prints_a_plain_progress_line_with_its_rate(tmp_path, capsys, monkeypatch):
     """Between the every-N-samples lines, a line at least every PROGRESS_SECONDS (here: every sample) with the rate,
     as plain text (a SLURM output file has no terminal for a bar)."""
-    import datamodules.shards as shards
+    import crossmod.data.shards as shards
 
     monkeypatch.setattr(shards, "PROGRESS_SECONDS", 0.0)
     write_shards([_sample(k) for k in range(3)], tmp_path / "d", dataset="d", heads=HEADS, params={}, progress_every=1000)

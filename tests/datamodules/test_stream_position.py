@@ -17,8 +17,8 @@ import pytest
 import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
-from datamodules.memes import MemeDataModule
-from datamodules.synthetic import SyntheticMemeSource
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.synthetic import SyntheticMemeSource
 from tests.datamodules.test_length_groups import WordCounts
 from tests.datamodules.test_memes import HEADS, IdsOnly
 

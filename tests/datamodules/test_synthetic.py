@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from datamodules import synthetic
-from datamodules.synthetic import SyntheticMemeSource
+from crossmod.data import synthetic
+from crossmod.data.synthetic import SyntheticMemeSource
 from tests.conftest import ROOT
 
 
@@ -76,4 +76,4 @@ def test_docs_print_what_the_generator_measures(monkeypatch, capsys):
     tables = printed.split("\n\nMemes on which")[0]
     docs = (ROOT / "docs" / "synthetic.md").read_text()
     missing = [line for line in tables.splitlines() if line and line not in docs]
-    assert not missing, f"docs/synthetic.md is stale; rerun python -m datamodules.synthetic --markdown: {missing}"
+    assert not missing, f"docs/synthetic.md is stale; rerun python -m crossmod.data.synthetic --markdown: {missing}"

@@ -8,7 +8,7 @@ import tarfile
 import pytest
 import webdataset as wds
 
-from datamodules.tar_reader import ShardFormatError, shard_samples
+from crossmod.data.tar_reader import ShardFormatError, shard_samples
 from tests.fixtures.small import small_synthetic
 
 

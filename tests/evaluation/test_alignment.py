@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy.stats import norm
 
-from evaluation.alignment import alignment_matrix, alignment_table, best_culture, marker_test, markers, mean_alignment
+from crossmod.evaluation.alignment import alignment_matrix, alignment_table, best_culture, marker_test, markers, mean_alignment
 
 
 def test_matrix_scores_each_head_against_each_culture_on_the_ids_both_cover():
@@ -84,7 +84,7 @@ def test_table_marks_the_best_culture_of_each_row_and_skips_undefined_cells():
 
 
 def test_culture_auroc_by_hand() -> None:
-    from evaluation.metrics import culture_auroc
+    from crossmod.evaluation.metrics import culture_auroc
 
     # pairs (positive, negative) ranked correctly: (0.35>0.1), (0.8>0.1), (0.8>0.4); wrong: (0.35<0.4) → 3/4
     assert culture_auroc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == 0.75
@@ -93,7 +93,7 @@ def test_culture_auroc_by_hand() -> None:
 
 
 def test_mean_alignment_of_one_model_per_culture_keeps_each_row() -> None:
-    from evaluation.alignment import markers, mean_alignment
+    from crossmod.evaluation.alignment import markers, mean_alignment
 
     us = {"US": {"US": 0.8, "DE": 0.6}}
     de = [{"DE": {"US": 0.5, "DE": 0.9}}, {"DE": {"US": 0.7, "DE": float("nan")}}]

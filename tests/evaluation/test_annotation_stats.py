@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import hypergeom
 
-from evaluation.annotation_stats import (
+from crossmod.evaluation.annotation_stats import (
     agreement_levels,
     annotation_report,
     compare_with_random_groups,

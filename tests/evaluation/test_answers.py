@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evaluation.answers import HINDI_LETTERS, OptionSet, label_words, option_order, options_for_prompt, parse_answer
+from crossmod.evaluation.answers import HINDI_LETTERS, OptionSet, label_words, option_order, options_for_prompt, parse_answer
 
 # (generation, expected when hate is "a", expected when hate is "b")
 CASES = [

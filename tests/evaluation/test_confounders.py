@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from evaluation.confounders import confounder_pairs, flip_pair_accuracy
+from crossmod.evaluation.confounders import confounder_pairs, flip_pair_accuracy
 
 SAMPLES = [
     {"id": "g1/o/en", "group": "g1", "lang": "en", "meta": {"role": "original"}},

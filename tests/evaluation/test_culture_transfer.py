@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evaluation.culture_transfer import (
+from crossmod.evaluation.culture_transfer import (
     Answers,
     answers_by_fold,
     decided,

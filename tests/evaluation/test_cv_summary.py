@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evaluation.cv_summary import check_folds, check_rules, cv_markdown, pool_out_of_fold, summarise
+from crossmod.evaluation.cv_summary import check_folds, check_rules, cv_markdown, pool_out_of_fold, summarise
 
 
 def _scores(auroc: float, acc: float = 0.5, f1: float = 0.4, majority: float = 0.6) -> dict[str, float]:

@@ -7,8 +7,8 @@ import json
 import pytest
 from scipy.stats import chi2_contingency
 
-from datamodules.shards import read_manifest
-from datamodules.sources.multi3hate import Multi3HateSource
+from crossmod.data.shards import read_manifest
+from crossmod.data.sources.multi3hate import Multi3HateSource
 from prepare import main
 from tests.datamodules.sources import layouts
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from sklearn.metrics import f1_score
 
-from datamodules.sources.mhc import MHCSource
-from evaluation.functional import functional_markdown, functional_metrics, functional_report, functionality_bars, is_ident_case
+from crossmod.data.sources.mhc import MHCSource
+from crossmod.evaluation.functional import functional_markdown, functional_metrics, functional_report, functionality_bars, is_ident_case
 from tests.conftest import ROOT
 
 MHC_DIR = Path(os.environ.get("MHC_DIR", ROOT.parent / "shared" / "data" / "mhc"))

@@ -7,7 +7,7 @@ import pytest
 from scipy.spatial.distance import cosine as cosine_distance
 from sklearn.metrics.pairwise import cosine_similarity
 
-from evaluation.memebridge import (
+from crossmod.evaluation.memebridge import (
     markdown,
     parse_emotions,
     parse_mcq,
@@ -18,7 +18,7 @@ from evaluation.memebridge import (
     similarity,
     summarise,
 )
-from evaluation.task_metrics import performance_score, ps_terms
+from crossmod.evaluation.task_metrics import performance_score, ps_terms
 
 
 @pytest.mark.parametrize(

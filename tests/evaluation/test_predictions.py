@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evaluation.predictions import labelled_pairs
+from crossmod.evaluation.predictions import labelled_pairs
 
 
 def test_pairs_hold_the_labelled_ids_of_each_head_in_id_order():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu, rankdata, ranksums
 
-from evaluation.rank_sum import (
+from crossmod.evaluation.rank_sum import (
     EXACT_MAX_SPLITS,
     describe,
     needed_per_group,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from datamodules.heads import parse_heads
-from evaluation.functional import functional_report
-from evaluation.run_report import functionality_figure, score_run, split_lines, summary_markdown
+from crossmod.data.heads import parse_heads
+from crossmod.evaluation.functional import functional_report
+from crossmod.evaluation.run_report import functionality_figure, score_run, split_lines, summary_markdown
 
 BINARY = {"kind": "binary"}
 US = [1, 0, 1, 0, 1, 0]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evaluation.seed_summary import seed_summary
+from crossmod.evaluation.seed_summary import seed_summary
 
 
 def _run(seed: int, val: float | None, test: float) -> dict:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evaluation.summary import json_safe, mean_std
+from crossmod.evaluation.summary import json_safe, mean_std
 
 
 def test_mean_and_sample_std_by_hand():

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.tag_similarity import cosine_matrix, markdown, meme_tag_similarity, summarise
+from crossmod.evaluation.tag_similarity import cosine_matrix, markdown, meme_tag_similarity, summarise
 
 
 def test_a_meme_scores_each_gold_tags_best_match_averaged():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score
 
-from evaluation.thresholds import best_threshold, selection_threshold_scores
+from crossmod.evaluation.thresholds import best_threshold, selection_threshold_scores
 
 
 def test_the_threshold_maximises_macro_f1_on_the_selection_memes_by_hand():

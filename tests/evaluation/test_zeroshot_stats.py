@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import rankdata, ranksums
 
-from evaluation.zeroshot_stats import AccuracyTable, accuracy_table, markdown, summarise
+from crossmod.evaluation.zeroshot_stats import AccuracyTable, accuracy_table, markdown, summarise
 
 EXACT = "exact one-sided Wilcoxon rank-sum (permutation over all splits)"
 
@@ -234,7 +234,7 @@ def test_markdown_layout():
 
 
 def test_auroc_table_per_prompt_and_culture_by_hand():
-    from evaluation.zeroshot_stats import auroc_table
+    from crossmod.evaluation.zeroshot_stats import auroc_table
 
     rows = [
         {"prompt": 0, "p_hate": 0.9, "labels": {"US": 1, "DE": 0}},
@@ -248,7 +248,7 @@ def test_auroc_table_per_prompt_and_culture_by_hand():
 
 
 def test_comparison_footer_names_each_runs_test_and_repeats_its_note():
-    from evaluation.zeroshot_comparison import comparison_markdown
+    from crossmod.evaluation.zeroshot_comparison import comparison_markdown
 
     cells = {"en": {"US": {"mean": 0.9, "std": 0.01}, "DE": {"mean": 0.7, "std": 0.01}, "best": "US", "marker": ""}}
     note = "No marker can be earned for en: with 3 prompts the exact one-sided rank-sum test cannot go below p = 0.05 (…)."

@@ -16,12 +16,12 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from packaging.version import Version
 
-import training.resolvers  # noqa: F401
-from datamodules.synthetic import SyntheticMemeSource, caption_corpus
-from models.module import MemeClassifier
-from models.retrieval.bank import Bank, rgcl_objective
-from models.tiny.bert import build_tiny_bert
-from models.tiny.clip import build_tiny_clip
+import crossmod.training.resolvers  # noqa: F401
+from crossmod.data.synthetic import SyntheticMemeSource, caption_corpus
+from crossmod.models.module import MemeClassifier
+from crossmod.models.retrieval.bank import Bank, rgcl_objective
+from crossmod.models.tiny.bert import build_tiny_bert
+from crossmod.models.tiny.clip import build_tiny_clip
 from tests.conftest import ROOT
 
 # Transformers 5.23 renamed `is_gradient_checkpointing` `is_activation_checkpointing` (the old name warns there); the

@@ -10,9 +10,9 @@ import torch
 from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import accuracy_score, f1_score, hamming_loss, roc_auc_score
 
-from datamodules.heads import Head, parse_heads
-from evaluation.metrics import HeadMetrics
-from models.heads import HeadLayers, masked_loss
+from crossmod.data.heads import Head, parse_heads
+from crossmod.evaluation.metrics import HeadMetrics
+from crossmod.models.heads import HeadLayers, masked_loss
 
 HEADS = parse_heads(
     {

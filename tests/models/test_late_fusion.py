@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from datamodules.heads import Head
-from datamodules.synthetic import caption_corpus
-from models.fusion import mean_probability_logits
-from models.tiny.bert import build_tiny_bert
+from crossmod.data.heads import Head
+from crossmod.data.synthetic import caption_corpus
+from crossmod.models.fusion import mean_probability_logits
+from crossmod.models.tiny.bert import build_tiny_bert
 from tests.models.test_families import build_model, one_batch
 
 

@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from models.backbones.image import timm_transform
-from models.pixels import PixelPipeline
+from crossmod.models.backbones.image import timm_transform
+from crossmod.models.pixels import PixelPipeline
 
 MODEL = "test_efficientnet.r160_in1k"
 

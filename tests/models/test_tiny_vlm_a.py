@@ -11,11 +11,11 @@ from omegaconf import OmegaConf
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from datamodules.synthetic import caption_corpus
-from models.tiny.gemma3 import build_tiny_gemma3
-from models.tiny.internvl import build_tiny_internvl
-from models.tiny.llava_onevision import build_tiny_llava_onevision
-from models.vlm.prompts import PromptSpec, prompt_corpus
+from crossmod.data.synthetic import caption_corpus
+from crossmod.models.tiny.gemma3 import build_tiny_gemma3
+from crossmod.models.tiny.internvl import build_tiny_internvl
+from crossmod.models.tiny.llava_onevision import build_tiny_llava_onevision
+from crossmod.models.vlm.prompts import PromptSpec, prompt_corpus
 from tests.conftest import ROOT
 
 BUILDERS = {"llava_onevision": build_tiny_llava_onevision, "internvl": build_tiny_internvl, "gemma3": build_tiny_gemma3}

@@ -14,10 +14,10 @@ from packaging.version import Version
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from datamodules.synthetic import caption_corpus
-from models.tiny.idefics3 import build_tiny_idefics3
-from models.tiny.qwen3_vl import build_tiny_qwen3_vl
-from models.vlm.prompts import PromptSpec, prompt_corpus
+from crossmod.data.synthetic import caption_corpus
+from crossmod.models.tiny.idefics3 import build_tiny_idefics3
+from crossmod.models.tiny.qwen3_vl import build_tiny_qwen3_vl
+from crossmod.models.vlm.prompts import PromptSpec, prompt_corpus
 from tests.conftest import ROOT
 
 # SmolVLM's processor refuses a flat image list for a batch of chats; Transformers 5.23 reworded the refusal (before:

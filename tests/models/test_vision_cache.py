@@ -10,11 +10,11 @@ import pytest
 import torch
 from hydra.errors import InstantiationException
 
-from models.module import MemeClassifier
-from models.vlm.cached_vision import CachedVision
-from models.vlm.vision_cache import VisionFeatureStore
+from crossmod.models.module import MemeClassifier
+from crossmod.models.vlm.cached_vision import CachedVision
+from crossmod.models.vlm.vision_cache import VisionFeatureStore
+from crossmod.training.resolvers import tiny_vlm
 from tests.models.test_vlm_families import KINDS, batch_of, build, samples
-from training.resolvers import tiny_vlm
 
 ATOL = 1e-5  # fp32
 
@@ -114,7 +114,7 @@ def test_auto_uses_the_cache_only_when_the_features_are_fixed(folders, tmp_path,
         "model.fusion.freeze_vision=false": "model.visual.",
     }
     for override, reason in cases.items():
-        with caplog.at_level(logging.INFO, logger="models.vlm.classifier"):
+        with caplog.at_level(logging.INFO, logger="crossmod.models.vlm.classifier"):
             caplog.clear()
             off = build(tmp_path, folder, override)
         assert off.backbone.vision_cache is None

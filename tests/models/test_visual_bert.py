@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException
 
-from models.module import MemeClassifier
+from crossmod.models.module import MemeClassifier
 from tests.conftest import ROOT, SMALL_DATA
 from tests.models.test_families import build_model, loss_of, one_batch
 

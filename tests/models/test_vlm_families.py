@@ -12,13 +12,13 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForImageTextToText
 
-from datamodules.synthetic import SyntheticMemeSource
-from models.module import MemeClassifier
-from models.vlm.families import FAMILIES, family_for
+from crossmod.data.synthetic import SyntheticMemeSource
+from crossmod.models.module import MemeClassifier
+from crossmod.models.vlm.families import FAMILIES, family_for
+from crossmod.training.resolvers import tiny_vlm
+from crossmod.training.scoring import single_device_trainer
+from crossmod.training.zeroshot import answer_all
 from tests.models.test_vlm import build as build_vlm
-from training.resolvers import tiny_vlm
-from training.scoring import single_device_trainer
-from training.zeroshot import answer_all
 
 KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "idefics3", "smolvlm", "gemma3")
 

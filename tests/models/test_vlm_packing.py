@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from crossmod.training.resolvers import tiny_vlm
 from tests.models.test_vlm_families import batch_of, build, samples
-from training.resolvers import tiny_vlm
 
 
 @pytest.fixture(scope="module")

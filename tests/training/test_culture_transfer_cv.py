@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, f1_score
 
-from evaluation.culture_transfer import answers_by_fold
+from crossmod.evaluation.culture_transfer import answers_by_fold
+from crossmod.training.transfer_report import read_zeroshot_answers
 from tests.conftest import SMALL_DATA
-from training.transfer_report import read_zeroshot_answers
 
 DROPPED = ("~data.heads.MX", "~data.heads.IN", "~data.heads.CN")
 

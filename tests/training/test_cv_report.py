@@ -9,11 +9,11 @@ from collections import defaultdict
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from datamodules.shards import fingerprint, read_samples
-from models.module import MemeClassifier
+from crossmod.data.shards import fingerprint, read_samples
+from crossmod.models.module import MemeClassifier
+from crossmod.training.cv_report import report
+from crossmod.training.scoring import score, single_device_trainer
 from tests.conftest import SMALL_DATA
-from training.cv_report import report
-from training.scoring import score, single_device_trainer
 
 HEADS = ("US", "DE", "MX", "IN", "CN")
 # every epoch's weights kept, so the test can score what selecting on the held-out fold would have reported

@@ -4,7 +4,7 @@ evaluate the export → cv_report, on each data config's fixture in its release'
 Each dataset trains one fold run of the text family (it reads every dataset; its sentence embedding is what a
 retrieval export stores) as `train.py` is run, then every later job runs on what the one before wrote: the exports as
 `export.py` builds them (its functions, in this process), `predict.py` and `evaluate.py` as commands, the report as
-`python -m training.cv_report` computes it. A cell either works (and its numbers are the run's) or is refused by name;
+`python -m crossmod.training.cv_report` computes it. A cell either works (and its numbers are the run's) or is refused by name;
 the expected table is written out below, so a job that starts failing for one dataset fails here.
 """
 
@@ -70,8 +70,8 @@ def _run_dir(log_dir: Path) -> Path:
 
 def _cells(name: str, root: Path, data_dir: Path, shards: Path) -> tuple[dict[str, str], dict]:
     """Every job on one dataset: {job: "works" or the refusal}, and what the checks below need."""
-    from training.artifacts import export_culture, run_model
-    from training.cv_report import report
+    from crossmod.training.artifacts import export_culture, run_model
+    from crossmod.training.cv_report import report
 
     fixture, culture = FIXTURES[name]
     data = [f"data={name}", *fixture(root, shards)]

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from datamodules.folds import iter_records
-from datamodules.memes import MemeDataModule
-from datamodules.shards import read_samples
-from datamodules.sources.mhc import MHCSource
-from evaluation.task_metrics import performance_score, subset_rule_accuracy, toxictags_stages
+from crossmod.data.folds import iter_records
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.shards import read_samples
+from crossmod.data.sources.mhc import MHCSource
+from crossmod.evaluation.task_metrics import performance_score, subset_rule_accuracy, toxictags_stages
+from crossmod.training.scored_splits import run_facts, scored_splits
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.datamodules.sources import layouts
 from tests.fixtures.small import small_synthetic
 from tests.zygote import run_python
-from training.scored_splits import run_facts, scored_splits
 
 
 def _evaluate(*args: str) -> subprocess.CompletedProcess:

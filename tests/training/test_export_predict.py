@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from crossmod.training.artifacts import export_culture, load_culture, run_model
+from crossmod.training.bases import BaseModelError
+from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.datamodules.sources import layouts
 from tests.zygote import run_python
-from training.artifacts import export_culture, load_culture, run_model
-from training.bases import BaseModelError
-from training.resolvers import tiny_vlm
 
 
 def _cli(script: str, *args: str) -> None:
@@ -127,7 +127,7 @@ def test_pickle_weights_are_refused(tmp_path):
 
 
 def test_predict_reads_a_jsonl_of_memes_and_names_bad_lines(tmp_path):
-    from training.predicting import read_inputs
+    from crossmod.training.predicting import read_inputs
 
     (tmp_path / "m.png").write_bytes(layouts.image_bytes(3, "PNG"))
     (tmp_path / "memes.jsonl").write_text('{"id": 1, "text": "hi", "image": "m.png"}\n\n{"id": 2, "text": "no image"}\n')

@@ -1,4 +1,4 @@
-"""`python -m training.fewshot experiment=toxictags_fewshot …` end to end on a ToxicTags fixture in the real layout
+"""`python -m crossmod.training.fewshot experiment=toxictags_fewshot …` end to end on a ToxicTags fixture in the real layout
 (toxictags.jsonl + images/ written here), with a tiny random Qwen2-VL and the tiny CLIP; then the α search
 with a stand-in model, to see which memes it asks. Random models: the scores mean nothing, the protocol does."""
 
@@ -18,7 +18,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 from PIL import Image
 
-from evaluation.fewshot_scores import STAGE_CLASSES, parse_stage_answer, stage_scores
+from crossmod.evaluation.fewshot_scores import STAGE_CLASSES, parse_stage_answer, stage_scores
 from tests.conftest import ROOT, scaled
 from tests.zygote import run_python
 
@@ -51,9 +51,9 @@ def write_toxictags(root: Path, train: int = 15, test: int = 5) -> dict[str, dic
 
 @pytest.fixture(scope="module")
 def tiny_models(data_dir: Path) -> tuple[str, str]:
-    from datamodules.synthetic import caption_corpus
-    from models.tiny.clip import build_tiny_clip
-    from training.resolvers import tiny_vlm
+    from crossmod.data.synthetic import caption_corpus
+    from crossmod.models.tiny.clip import build_tiny_clip
+    from crossmod.training.resolvers import tiny_vlm
 
     clip = build_tiny_clip(data_dir / "assets" / "tiny-clip-synthetic", caption_corpus())
     return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic")), str(clip)
@@ -86,7 +86,14 @@ def test_entry_point_writes_the_side_by_side_report_and_reuses_the_embedding_cac
     logs = tmp_path / "logs"
 
     def fewshot(run_id: str, *extra: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "training.fewshot", *overrides(raw_dir, qwen, clip, data_dir), f"paths.log_dir={logs}", *extra]
+        command = [
+            sys.executable,
+            "-m",
+            "crossmod.training.fewshot",
+            *overrides(raw_dir, qwen, clip, data_dir),
+            f"paths.log_dir={logs}",
+            *extra,
+        ]
         env = {**os.environ, "HYDRA_FULL_ERROR": "1", "CROSSMOD_RUN_ID": run_id}
         result = run_python(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
@@ -150,7 +157,7 @@ class CopyFirstExemplar:
     asked: list[list[dict]] = []
 
     def __init__(self, *args, **kwargs) -> None:
-        from models.vlm.families import family_named
+        from crossmod.models.vlm.families import family_named
 
         self.family = family_named("qwen2_vl")
 
@@ -160,7 +167,7 @@ class CopyFirstExemplar:
 
 
 def test_alpha_is_chosen_on_held_out_training_memes_only(raw, tiny_models, data_dir, tmp_path, monkeypatch):
-    import training.fewshot as fewshot
+    import crossmod.training.fewshot as fewshot
 
     raw_dir, items = raw
     qwen, clip = tiny_models
@@ -204,7 +211,7 @@ def compose_fewshot(raw_dir: Path, qwen: str, clip: str, data_dir: Path, out: Pa
 
 
 def test_generated_tags_come_from_the_tags_file(raw, tiny_models, data_dir, tmp_path, monkeypatch):
-    import training.fewshot as fewshot
+    import crossmod.training.fewshot as fewshot
 
     raw_dir, items = raw
     monkeypatch.setattr(fewshot, "FewShotGenerator", CopyFirstExemplar)

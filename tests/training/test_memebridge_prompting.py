@@ -1,4 +1,4 @@
-"""`python -m training.memebridge -m experiment=memebridge_prompting condition=def,us_rp,cn_rp` with a tiny random
+"""`python -m crossmod.training.memebridge -m experiment=memebridge_prompting condition=def,us_rp,cn_rp` with a tiny random
 Qwen2-VL on a MemeBridge fixture in the real layout, embeddings from the real MiniLM package. Random models: the
 numbers mean nothing; the protocol (questions, option order, role lines, parsing, similarity, PS) is what is checked."""
 
@@ -18,12 +18,12 @@ import pytest
 from omegaconf import OmegaConf
 from PIL import Image
 
-from evaluation.memebridge import markdown, parse_emotions, parse_mcq, parse_sentiment
+from crossmod.evaluation.memebridge import markdown, parse_emotions, parse_mcq, parse_sentiment
+from crossmod.training.memebridge import load_adapter, questions, score
+from crossmod.training.memebridge_prompts import MemeBridgePrompts
+from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import ROOT, scaled
 from tests.zygote import run_python
-from training.memebridge import load_adapter, questions, score
-from training.memebridge_prompts import MemeBridgePrompts
-from training.resolvers import tiny_vlm
 
 CONDITIONS = ("def", "us_rp", "cn_rp")
 RECIPE = OmegaConf.load(ROOT / "configs" / "experiment" / "memebridge_prompting.yaml")
@@ -90,11 +90,11 @@ def raw(tmp_path_factory) -> Path:
 
 
 def memebridge(run_id: str, data_dir: Path, log_dir: Path, raw: Path, tiny_qwen: str, *overrides: str) -> subprocess.CompletedProcess:
-    """`python -m training.memebridge experiment=memebridge_prompting <overrides>` on the fixture, tiny sizes; must succeed."""
+    """`python -m crossmod.training.memebridge experiment=memebridge_prompting <overrides>` on the fixture, tiny sizes; must succeed."""
     command = [
         sys.executable,
         "-m",
-        "training.memebridge",
+        "crossmod.training.memebridge",
         *(o for o in overrides if o.startswith("-")),  # Hydra's flags (-m) before the overrides
         "experiment=memebridge_prompting",
         f"paths.data_dir={data_dir}",
@@ -263,8 +263,8 @@ def test_a_lora_adapter_is_scored_the_same_way(runs, tmp_path, data_dir, tiny_qw
     import torch
     from hydra import compose, initialize_config_dir
 
-    from models.vlm.classifier import VLMClassifier
-    from training.memebridge import run
+    from crossmod.models.vlm.classifier import VLMClassifier
+    from crossmod.training.memebridge import run
 
     vlm = VLMClassifier(tiny_qwen, {"sentiment": {"kind": "multiclass", "classes": ["negative", "neutral", "positive"]}}, lora={"r": 4})
     torch.manual_seed(0)
@@ -295,8 +295,8 @@ def test_a_lora_adapter_is_scored_the_same_way(runs, tmp_path, data_dir, tiny_qw
 
 
 def test_the_converter_refuses_malformed_prompting_fields_naming_the_line(tmp_path):
-    from datamodules.sources.base import RawDataError
-    from datamodules.sources.memebridge import MemeBridgeSource
+    from crossmod.data.sources.base import RawDataError
+    from crossmod.data.sources.memebridge import MemeBridgeSource
 
     raw = write_memebridge(tmp_path / "raw")
     items = [json.loads(line) for line in (raw / "memebridge.jsonl").read_text().splitlines()]

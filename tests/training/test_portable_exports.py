@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from crossmod.training.artifacts import load_culture
+from crossmod.training.bases import BaseModelError, absolute_paths, folder_sha256
+from crossmod.training.resolvers import tiny_text_encoder
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.training.test_export_predict import _scores, _shard_dir
 from tests.zygote import run_python
-from training.artifacts import load_culture
-from training.bases import BaseModelError, absolute_paths, folder_sha256
-from training.resolvers import tiny_text_encoder
 
 DECLARED = "nreimers/MiniLM-L6-H384-uncased"
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # nothing may come from the hub instead
@@ -146,11 +146,11 @@ def test_every_job_takes_the_same_base_override_and_names_its_own_command(moved,
         json.loads((moved["run"] / "metrics.json").read_text())["best"]["test"]["MX"]["auroc"], abs=1e-5
     )
     adapter, shards = tmp_path / "export" / "MX", _shard_dir(moved["run"])
-    add = [sys.executable, "-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test", "--allow-held-out"]
+    add = [sys.executable, "-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test", "--allow-held-out"]
     failed = run_python(add, cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
     assert (
         failed.returncode == 1
-        and f"python -m training.retrieval_db add {adapter} {shards} model.text.name_or_path=<local copy>" in failed.stderr
+        and f"python -m crossmod.training.retrieval_db add {adapter} {shards} model.text.name_or_path=<local copy>" in failed.stderr
     )
     given = run_python([*add, give], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
     assert given.returncode == 0 and " added" in given.stdout, given.stderr[-3000:]

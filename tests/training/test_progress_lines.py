@@ -1,5 +1,5 @@
 """Progress where stdout is not a terminal (a SLURM output file, a pipe): plain log lines with step/total, rate and
-ETA from rank 0 only, no Rich bar; a terminal keeps the Rich bar (training/callbacks/progress.py)."""
+ETA from rank 0 only, no Rich bar; a terminal keeps the Rich bar (src/crossmod/training/callbacks/progress.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import re
 import pytest
 from lightning.pytorch.callbacks import RichProgressBar
 
+from crossmod.training.callbacks.progress import LineProgress, console_progress
 from tests.conftest import SMALL_DATA, scaled
-from training.callbacks.progress import LineProgress, console_progress
 
 LINE = re.compile(
     r"\[training\.callbacks\.progress\]\[INFO\] - (?P<label>train epoch \d+/\d+|validation epoch \d+/\d+|validation|test): "

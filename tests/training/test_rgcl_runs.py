@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from datamodules.predict_inputs import read_inputs
-from datamodules.sample import Sample
-from datamodules.shards import write_shards
+from crossmod.data.predict_inputs import read_inputs
+from crossmod.data.sample import Sample
+from crossmod.data.shards import write_shards
+from crossmod.training.retrieval_db import IDS_FILE
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.training.test_export_predict import _shard_dir
 from tests.zygote import run_python
-from training.retrieval_db import IDS_FILE
 
 RGCL = ("fold=0", "num_folds=3", "trainer.max_epochs=2", "+model.rgcl={weight: 0.5, loss: nll}", "+model.classify=retrieval")
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -148,7 +148,7 @@ def _near_duplicates(records: list[dict], folder: Path) -> Path:
 
 
 def test_adding_labelled_memes_decides_their_near_duplicates(rgcl_run, tmp_path):
-    """`training.retrieval_db add` puts the dataset's test memes (never in the run) into a copy of the adapter; with k=1
+    """`crossmod.training.retrieval_db add` puts the dataset's test memes (never in the run) into a copy of the adapter; with k=1
     each near duplicate is then decided by its original, whatever the adapter decided before."""
     run = rgcl_run["run"]
     adapter = Path(shutil.copytree(rgcl_run["adapter"], tmp_path / "US"))
@@ -163,7 +163,7 @@ def test_adding_labelled_memes_decides_their_near_duplicates(rgcl_run, tmp_path)
 
     before = predict("before.jsonl")
     size = json.loads((adapter / "culture_card.json").read_text())["retrieval"]["size"]
-    added = _run("-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test")
+    added = _run("-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test")
     assert added.returncode == 0, added.stderr[-4000:]
     tests = read_inputs(shards, ["test"])
     assert f"{len(tests)} added" in added.stdout
@@ -175,7 +175,7 @@ def test_adding_labelled_memes_decides_their_near_duplicates(rgcl_run, tmp_path)
         assert row["US_neighbours"] == [original["id"]] and row["US_neighbour_similarities"][0] > 0.99
         assert row["US_decision"] == original["labels"]["US"]
         assert before[f"dup/{original['id']}"]["US_neighbours"] != [original["id"]]  # not in the database before
-    again = _run("-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test")
+    again = _run("-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test")
     assert again.returncode == 1 and "already in" in again.stderr and "--skip-existing" in again.stderr
 
 
@@ -187,13 +187,13 @@ def test_adding_the_runs_held_out_or_selection_memes_is_refused_unless_asked(rgc
     before = (adapter / "retrieval_db.safetensors").read_bytes()
     held_out = set(_held_out(rgcl_run["run"]))
     for split in ("train", "val"):
-        refused = _run("-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", split, "--skip-existing")
+        refused = _run("-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", split, "--skip-existing")
         assert refused.returncode == 1 and "held out or chosen on by the run" in refused.stderr, refused.stderr[-3000:]
         assert "--allow-held-out" in refused.stderr and (adapter / "retrieval_db.safetensors").read_bytes() == before
     count = int(re.search(r"(\d+) of these memes were held out", refused.stderr)[1])
     assert count == len([r for r in read_inputs(shards, ["val"]) if r["labels"].get("US") in (0, 1)])
     allowed = _run(
-        "-m", "training.retrieval_db", "add", str(adapter), str(shards), "--splits", "train", "--skip-existing", "--allow-held-out"
+        "-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", "train", "--skip-existing", "--allow-held-out"
     )
     assert allowed.returncode == 0, allowed.stderr[-3000:]
     source = json.loads((adapter / "culture_card.json").read_text())["retrieval"]["sources"][-1]
@@ -241,14 +241,22 @@ def test_copies_of_held_out_memes_under_other_ids_are_refused_by_content(rgcl_ru
     copied = [r for r in train if r["id"] in held_out][:5]
     before = (adapter / "retrieval_db.safetensors").read_bytes()
     refused = _run(
-        "-m", "training.retrieval_db", "add", str(adapter), str(_copies_under_new_ids(copied, tmp_path / "copies", manifest["heads"]))
+        "-m",
+        "crossmod.training.retrieval_db",
+        "add",
+        str(adapter),
+        str(_copies_under_new_ids(copied, tmp_path / "copies", manifest["heads"])),
     )
     assert refused.returncode == 1 and "5 copies under other ids by content" in refused.stderr, refused.stderr[-3000:]
     assert (adapter / "retrieval_db.safetensors").read_bytes() == before
     # memes the run trained on, copied the same way, are no held-out memes: added
     trained = [r for r in train if r["id"] not in held_out][:5]
     added = _run(
-        "-m", "training.retrieval_db", "add", str(adapter), str(_copies_under_new_ids(trained, tmp_path / "others", manifest["heads"]))
+        "-m",
+        "crossmod.training.retrieval_db",
+        "add",
+        str(adapter),
+        str(_copies_under_new_ids(trained, tmp_path / "others", manifest["heads"])),
     )
     assert added.returncode == 0 and "5 added" in added.stdout, added.stderr[-3000:]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from crossmod.training.callbacks.rng_states import RngStates
 from tests.datamodules.test_stream_position import MID, SaveAt, fit, shard_root  # noqa: F401
-from training.callbacks.rng_states import RngStates
 
 
 @pytest.mark.parametrize("workers", [0, 2])  # a new loader iterator at every epoch start, or persistent workers

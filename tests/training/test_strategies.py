@@ -10,10 +10,10 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy
 
-import training.resolvers  # noqa: F401  (registers ${is_bf16:} …)
-from datamodules.even_batches import FILLER, EvenBatches
+import crossmod.training.resolvers  # noqa: F401  (registers ${is_bf16:} …)
+from crossmod.data.even_batches import FILLER, EvenBatches
+from crossmod.training.strategies import DeepSpeedStrategy
 from tests.conftest import ROOT, scaled
-from training.strategies import DeepSpeedStrategy
 
 DEEPSPEED = ("deepspeed_zero2", "deepspeed_zero3", "deepspeed_zero3_offload")
 

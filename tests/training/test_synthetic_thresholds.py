@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from evaluation.alignment import alignment_matrix, read_predictions
+from crossmod.evaluation.alignment import alignment_matrix, read_predictions
 from scripts.learning_margins import CHECKS
 from tests.conftest import ROOT, scaled, stop_once_reached
 from tests.zygote import run_python

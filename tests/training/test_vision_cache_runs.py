@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import SMALL_DATA
-from training.resolvers import tiny_vlm
 
 pytestmark = pytest.mark.slow
 

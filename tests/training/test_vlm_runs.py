@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from crossmod.training.resolvers import tiny_vlm
 from tests.datamodules.sources import layouts
-from training.resolvers import tiny_vlm
 
 TINY = ("model.preprocessor.image_size=56", "data.batch_size=4", "data.num_workers=0", "trainer.max_epochs=1")
 
@@ -78,10 +78,10 @@ def test_answers_are_parsed_in_each_option_order(tmp_path, tiny_qwen, monkeypatc
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from datamodules.synthetic import SyntheticMemeSource
+    from crossmod.data.synthetic import SyntheticMemeSource
+    from crossmod.training.scoring import single_device_trainer
+    from crossmod.training.zeroshot import answer_all
     from tests.conftest import ROOT
-    from training.scoring import single_device_trainer
-    from training.zeroshot import answer_all
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):

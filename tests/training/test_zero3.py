@@ -14,11 +14,11 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
+from crossmod.training.artifacts import load_culture, run_model
+from crossmod.training.consolidate import consolidate
+from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.zygote import run_python
-from training.artifacts import load_culture, run_model
-from training.consolidate import consolidate
-from training.resolvers import tiny_vlm
 
 pytestmark = pytest.mark.slow
 
@@ -144,7 +144,7 @@ def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_
 
 
 def _first_val_samples(run: Path, count: int) -> list[dict]:
-    from datamodules.shards import read_samples
+    from crossmod.data.shards import read_samples
 
     scored_ids = {key[0] for key in _val_probabilities(run)}
     manifest = json.loads((run / "manifest.json").read_text())

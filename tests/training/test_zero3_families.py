@@ -17,10 +17,10 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForImageTextToText
 
+from crossmod.training.artifacts import run_model
+from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import TrainRun
 from tests.training.test_zero3 import ZERO3, _first_val_samples, _val_probabilities
-from training.artifacts import run_model
-from training.resolvers import tiny_vlm
 
 pytestmark = pytest.mark.slow
 

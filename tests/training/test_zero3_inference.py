@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import TrainRun
 from tests.datamodules.sources import layouts
-from training.resolvers import tiny_vlm
 
 pytestmark = pytest.mark.slow
 

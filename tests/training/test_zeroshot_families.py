@@ -1,5 +1,5 @@
 """`python zeroshot.py experiment=qwen_zeroshot model.name_or_path=…` once per VLM family on a Multi3Hate-layout
-fixture, then `python -m training.zeroshot_report` puts the runs side by side (the study's Tables 4/10 shape).
+fixture, then `python -m crossmod.training.zeroshot_report` puts the runs side by side (the study's Tables 4/10 shape).
 Random models: the numbers mean nothing; the protocol, the statistics and the table's shape do."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from scipy.stats import rankdata
 
+from crossmod.training import zeroshot_report
+from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import TrainRun
 from tests.datamodules.sources import layouts
-from training import zeroshot_report
-from training.resolvers import tiny_vlm
 
 pytestmark = pytest.mark.slow
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from datamodules.shards import write_shards
-from datamodules.sources.base import RawSource
-from datamodules.sources.hateful_memes import HatefulMemesSource
-from datamodules.sources.memebridge import MemeBridgeSource
-from datamodules.sources.mhc import MHCSource
-from datamodules.sources.multi3hate import Multi3HateSource
-from datamodules.sources.toxictags import ToxicTagsSource
+from crossmod.data.shards import write_shards
+from crossmod.data.sources.base import RawSource
+from crossmod.data.sources.hateful_memes import HatefulMemesSource
+from crossmod.data.sources.memebridge import MemeBridgeSource
+from crossmod.data.sources.mhc import MHCSource
+from crossmod.data.sources.multi3hate import Multi3HateSource
+from crossmod.data.sources.toxictags import ToxicTagsSource
 
 SOURCES: dict[str, type[RawSource]] = {
     "hateful_memes": HatefulMemesSource,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.sources.base import RawDataError
+from crossmod.data.sources.base import RawDataError
 from tests.datamodules.sources import layouts
 from tests.datamodules.sources.helpers import convert, source
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from datamodules.folds import iter_records
-from datamodules.shards import fingerprint
+from crossmod.data.folds import iter_records
+from crossmod.data.shards import fingerprint
 from tests.datamodules.sources import layouts
 from tests.datamodules.sources.helpers import convert, source
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import datamodules.memes as memes
-from datamodules.memes import MemeDataModule
+import crossmod.data.memes as memes
+from crossmod.data.memes import MemeDataModule
 from tests.datamodules.sources import layouts
 from tests.datamodules.sources.helpers import source
 from tests.datamodules.test_memes import IdsOnly

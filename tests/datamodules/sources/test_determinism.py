@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from datamodules.shards import sha256_file
+from crossmod.data.shards import sha256_file
 from tests.conftest import ROOT
 from tests.datamodules.sources import layouts
 from tests.datamodules.sources.helpers import convert, source

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.folds import iter_records
+from crossmod.data.folds import iter_records
 from tests.conftest import ROOT
 from tests.datamodules.sources.helpers import convert, source
 

@@ -8,8 +8,8 @@ import sys
 
 from hydra.utils import instantiate
 
-from datamodules.memes import MemeDataModule
-from datamodules.shards import read_manifest
+from crossmod.data.memes import MemeDataModule
+from crossmod.data.shards import read_manifest
 from prepare import compose_data, data_configs, main
 from tests.conftest import ROOT, scaled
 from tests.datamodules.sources import layouts

@@ -1,0 +1,260 @@
+"""Culture transfer (the Multi3Hate study's Table 11): models trained on one culture's labels, judged by every culture's.
+
+Rows are predictors (zero-shot, FT-<culture>, a multi-head model), columns are cultures' labels; each
+cell is a metric per held-out fold, then mean ± sample std (ddof = 1) over folds. A predictor gives,
+per fold and column, P(hate) (for AUROC) and a decision (for accuracy; None = an unparseable answer,
+counted wrong). Several decisions per fold (a zero-shot model's prompts) are averaged within the fold.
+`fold_transfer` builds the predictors from cross-validation fold results (and zero-shot answers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import accuracy_score, f1_score
+
+from crossmod.evaluation.alignment import BEST
+from crossmod.evaluation.metrics import culture_auroc
+from crossmod.evaluation.predictions import binary_scores
+from crossmod.evaluation.summary import mean_std
+
+
+@dataclass
+class Answers:
+    """One predictor's answers for one column on one fold: id → P(hate) and id → decision (None: invalid)."""
+
+    probability: dict[str, float] = field(default_factory=dict)
+    decision: dict[str, int | None] = field(default_factory=dict)
+    # decisions at a threshold chosen without the held-out memes (a fine-tuned model's selection split), scored by
+    # macro-F1; None: no such threshold (macro-F1 is then undefined, never computed at 0.5 under that name)
+    # (a zero-shot model's own answers, None = invalid, counted wrong)
+    chosen: dict[str, int | None] | None = None
+
+
+def fold_scores(answers: list[Answers], labels: dict[str, int]) -> dict[str, float]:
+    """Accuracy (invalid = wrong), AUROC and macro-F1 at the chosen decisions of one fold, averaged over the
+    predictor's answer sets (prompts)."""
+    accs, aurocs, f1s = [], [], []
+    for answer in answers:
+        ids = sorted(i for i in labels if i in answer.decision)
+        if len(ids) != len(labels):
+            missing = sorted(set(labels) - set(answer.decision))[:3]
+            raise ValueError(f"answers miss {len(labels) - len(ids)} labelled memes of the fold (e.g. {missing})")
+        truth = np.array([labels[i] for i in ids])
+        predicted = np.array([-1 if answer.decision[i] is None else answer.decision[i] for i in ids])
+        accs.append(accuracy_score(truth, predicted))
+        if answer.chosen is not None:
+            chosen = [-1 if answer.chosen.get(i) is None else answer.chosen[i] for i in ids]
+            f1s.append(f1_score(truth, chosen, average="macro", labels=[0, 1], zero_division=0))
+        scored = [i for i in ids if answer.probability.get(i) is not None]
+        y = [labels[i] for i in scored]
+        aurocs.append(culture_auroc(y, [answer.probability[i] for i in scored]))
+    return {
+        "acc": float(np.mean(accs)),
+        "auroc": float(np.nanmean(aurocs)) if not all(map(math.isnan, aurocs)) else math.nan,
+        "macro_f1": float(np.mean(f1s)) if len(f1s) == len(answers) else math.nan,
+    }
+
+
+def majority_rates(labels: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, float]]:
+    """Per culture column, mean ± sample std over folds of the accuracy of always answering the fold's most frequent
+    label: what an accuracy must beat to carry information."""
+    columns = list(labels[0]) if labels else []
+    rates = {c: [max(np.mean(list(fold[c].values())), 1 - np.mean(list(fold[c].values()))) for fold in labels] for c in columns}
+    return {c: mean_std(float(r) for r in values) for c, values in rates.items()}
+
+
+def transfer_table(
+    predictors: dict[str, dict[str, list[list[Answers]]]], labels: list[dict[str, dict[str, int]]]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """`predictors[row][column][fold]` = answer sets; `labels[fold][column]` = id → label of that culture.
+
+    Returns `table[row][column]` with `acc_mean`, `acc_std`, `auroc_mean`, `auroc_std`, `macro_f1_mean`, `macro_f1_std`
+    and `folds`.
+    """
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for row, columns in predictors.items():
+        table[row] = {}
+        for column, per_fold in columns.items():
+            if len(per_fold) != len(labels):
+                raise ValueError(f"{row}: {len(per_fold)} folds of answers for {len(labels)} folds of labels")
+            scores = [fold_scores(answers, fold_labels[column]) for answers, fold_labels in zip(per_fold, labels)]
+            cell: dict[str, float] = {"folds": len(scores)}
+            for metric in ("acc", "auroc", "macro_f1"):
+                stats = mean_std(s[metric] for s in scores)
+                cell[f"{metric}_mean"], cell[f"{metric}_std"] = stats["mean"], stats["std"]
+            table[row][column] = cell
+    return table
+
+
+def transfer_markdown(
+    table: dict[str, dict[str, dict[str, float]]],
+    metric: str,
+    diagonal: dict[str, str],
+    majority: dict[str, dict[str, float]] | None = None,
+) -> str:
+    """Rows × culture columns, `mean ± std` (accuracy in %), the row's own culture underlined, best per column †."""
+    columns = list(next(iter(table.values())))
+    scale = 100.0 if metric == "acc" else 1.0
+    digits = 1 if metric == "acc" else 3
+    best = {}  # every row tied at the column's best mean is marked
+    for column in columns:
+        means = [table[r][column][f"{metric}_mean"] for r in table if not math.isnan(table[r][column][f"{metric}_mean"])]
+        best[column] = max(means) if means else math.nan
+    lines = ["| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for row, cells in table.items():
+        out = []
+        for column in columns:
+            mean, std = cells[column][f"{metric}_mean"] * scale, cells[column][f"{metric}_std"] * scale
+            text = "—" if math.isnan(mean) else f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
+            if diagonal.get(row) == column:
+                text = f"<u>{text}</u>"
+            if cells[column][f"{metric}_mean"] == best[column]:
+                text += BEST
+            out.append(text)
+        lines.append(f"| {row} | " + " | ".join(out) + " |")
+    if majority:  # the baseline row: never marked best, it is what the rows above must beat
+        cells = [
+            f"{majority[c]['mean'] * scale:.{digits}f}"
+            + ("" if math.isnan(majority[c]["std"]) else f" ± {majority[c]['std'] * scale:.{digits}f}")
+            for c in columns
+        ]
+        lines.append("| *majority class* | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+THRESHOLD = 0.5  # a fine-tuned model decides Hate at P(hate) ≥ this
+
+
+def decided(probs: dict[str, float], threshold: float = THRESHOLD, chosen: float | None = None) -> Answers:
+    """A fine-tuned head's answers: its probabilities, a decision at `threshold` and, given the threshold its run
+    chose on its selection split, the decisions at that one."""
+    at_chosen = None if chosen is None else {i: int(p >= chosen) for i, p in probs.items()}
+    return Answers(probability=probs, decision={i: int(p >= threshold) for i, p in probs.items()}, chosen=at_chosen)
+
+
+def answers_by_fold(by_prompt: dict[str, Answers], held_out: list[set[str]]) -> list[list[Answers]]:
+    """Per fold, one answer set per prompt (prompts in sorted order), restricted to that fold's held-out memes."""
+    folds = []
+    for ids in held_out:
+        folds.append(
+            [
+                Answers(
+                    {i: a.probability[i] for i in ids if i in a.probability},
+                    decision := {i: a.decision[i] for i in ids if i in a.decision},
+                    chosen=decision,  # a zero-shot model's answers are its decisions: no threshold to choose
+                )
+                for _, a in sorted(by_prompt.items())
+            ]
+        )
+    return folds
+
+
+FoldResults = dict[str, dict[int, dict[str, Any]]]  # experiment → fold → fold result (fold_result.json)
+
+
+def held_out_sets(experiments: FoldResults) -> tuple[list[int], list[set[str]]]:
+    """The folds of the first experiment and the ids each holds out (every row must hold out the same)."""
+    if not experiments:
+        return [], []
+    first = next(iter(experiments.values()))
+    folds = sorted(first)
+    return folds, [set(first[k].get("held_out_labels", {})) for k in folds]
+
+
+def _chosen_thresholds(result: dict[str, Any]) -> dict[str, float]:
+    """Head → the threshold the fold run chose on its selection split (fold_result.json), if it chose one."""
+    heads = (result.get("selection_threshold") or {}).get("heads") or {}
+    return {head: float(scores["val_threshold"]) for head, scores in heads.items() if "val_threshold" in scores}
+
+
+def fold_transfer(
+    experiments: FoldResults, zeroshot: dict[str, Answers] | None = None, threshold: float = THRESHOLD
+) -> dict[str, Any] | None:
+    """Table 11 of cross-validation folds: `experiments[name][fold]` = fold result, `zeroshot` = prompt → answers
+    over the same memes. Rows: zero-shot, FT-<culture> for each single-culture experiment, each multi-head
+    experiment; columns: every binary culture of the held-out labels. Returns the table, its diagonal (row →
+    own culture), the folds and the problems (experiments left out), or None when there is nothing to compare."""
+    folds, held_out = held_out_sets(experiments)
+    if not held_out or not all(held_out):
+        return None
+    first = next(iter(experiments.values()))
+    problems = [
+        f"{name}: its folds hold out other memes than {next(iter(experiments))}'s; left out of the transfer table"
+        for name, runs in experiments.items()
+        if sorted(runs) != folds or any(set(runs[k].get("held_out_labels", {})) != held_out[i] for i, k in enumerate(folds))
+    ]
+    usable = {name: runs for name, runs in experiments.items() if not any(name in p.split(":")[0] for p in problems)}
+    first_labels = first[folds[0]]["held_out_labels"]
+    cultures = sorted(
+        {h for labels in first_labels.values() for h, v in labels.items() if v in (0, 1)},
+        key=list(first_labels[next(iter(held_out[0]))]).index,
+    )
+    labels = [{c: {i: v[c] for i, v in first[k]["held_out_labels"].items() if v.get(c) in (0, 1)} for c in cultures} for k in folds]
+    predictors: dict[str, dict[str, list[list[Answers]]]] = {}
+    diagonal: dict[str, str] = {}
+    if zeroshot is not None:
+        per_fold = answers_by_fold(zeroshot, held_out)
+        predictors["zero-shot"] = {c: per_fold for c in cultures}
+    for name, runs in usable.items():
+        probs = [binary_scores(runs[k]["oof_predictions"])[0] for k in folds]
+        heads = [h for h in probs[0] if h in cultures]
+        chosen = [_chosen_thresholds(runs[k]) for k in folds]
+        if len(heads) == 1:
+            row = f"FT-{heads[0]}"
+            diagonal[row] = heads[0]
+            predictors[row] = {c: [[decided(p[heads[0]], threshold, t.get(heads[0]))] for p, t in zip(probs, chosen)] for c in cultures}
+        elif heads:
+            row = f"multi-head ({name})"
+            predictors[row] = {c: [[decided(p[c], threshold, t.get(c))] for p, t in zip(probs, chosen)] for c in cultures if c in heads}
+    order = ["zero-shot", *(f"FT-{c}" for c in cultures)]
+    ranked = sorted(predictors, key=lambda r: (order.index(r) if r in order else len(order), r))
+    predictors = {r: predictors[r] for r in ranked if set(predictors[r]) == set(cultures)}
+    if len(predictors) < 2 and "zero-shot" not in predictors and not diagonal:
+        return None
+    return {
+        "table": transfer_table(predictors, labels),
+        "majority": majority_rates(labels),
+        "diagonal": diagonal,
+        "folds": folds,
+        "problems": problems,
+    }
+
+
+def transfer_document(transfer: dict[str, Any], threshold: float = THRESHOLD) -> str:
+    """culture_transfer.md: how to read the table, then accuracy and AUROC tables and the problems."""
+    table, diagonal = transfer["table"], transfer["diagonal"]
+    notes = [
+        "# Culture transfer (Table 11 layout)",
+        "",
+        "Rows: models (FT-<culture> = trained on that culture's labels only); columns: the culture whose labels judge them.",
+        f"Each cell: mean ± sample std over {len(transfer['folds'])} held-out folds; decisions at P(hate) ≥ {threshold}; zero-shot: mean over "
+        "its prompts within each fold, unparseable answers counted wrong. <u>Underlined</u>: the row's own culture; †: best per column (no test).",
+        "",
+        "## Accuracy (%)",
+        "",
+        transfer_markdown(table, "acc", diagonal, transfer.get("majority")),
+        "",
+        "*majority class*: the accuracy of always answering the fold's most frequent label of that culture; an accuracy "
+        "no higher carries no information.",
+        "",
+        "## Macro-F1 at the selection split's threshold",
+        "",
+        transfer_markdown(table, "macro_f1", diagonal),
+        "",
+        "Fine-tuned rows decide at the threshold that maximised macro-F1 of their own head on their fold's selection "
+        "split (never the held-out fold), the same threshold for every column; zero-shot rows at their own answers "
+        "(invalid counted wrong); — where a run chose no threshold (no selection split).",
+        "",
+        "## AUROC",
+        "",
+        transfer_markdown(table, "auroc", diagonal),
+        "",
+        *[f"- **problem**: {p}" for p in transfer["problems"]],
+        "![culture transfer](culture_transfer.png)",
+        "",
+    ]
+    return "\n".join(notes)

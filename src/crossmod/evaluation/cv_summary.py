@@ -1,0 +1,215 @@
+"""Cross-validation summary of fold results (`fold_result.json` contents): which folds count, and their scores.
+
+Folds of one report must name one cross-validation selection rule and appear exactly once; their
+held-out scores are summarised as mean ± sample std per head and metric, their out-of-fold
+predictions pooled into one culture alignment matrix (each head's scores against every culture's
+held-out labels; a head's own column is its pooled out-of-fold AUROC). `cv_markdown` renders it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from crossmod.data.selection_rules import RULES
+from crossmod.evaluation.alignment import BEST, alignment_matrix, alignment_table
+from crossmod.evaluation.predictions import binary_scores
+from crossmod.evaluation.summary import mean_std
+
+Where = TypeVar("Where")  # what locates a fold result in messages (its run directory)
+FoldResult = dict[str, Any]
+
+
+def rule_of(result: FoldResult) -> str | None:
+    return (result.get("selection") or {}).get("rule")
+
+
+def _cross_validation_rule(result: FoldResult) -> bool:
+    return rule_of(result) in RULES and rule_of(result) not in ("dataset_val", "dataset_last")
+
+
+def check_rules(runs: list[tuple[FoldResult, Where]]) -> tuple[list[tuple[FoldResult, Where]], list[str]]:
+    """Keep fold results that name their selection rule; the folds of one report must share one rule."""
+    problems = []
+    unruled = [where for result, where in runs if not _cross_validation_rule(result)]
+    if unruled:
+        problems.append(
+            f"{len(unruled)} fold result(s) name no cross-validation selection rule (written when the held-out fold also "
+            f"chose the checkpoint): left out ({', '.join(str(w) for w in unruled)})"
+        )
+    kept = [(result, where) for result, where in runs if _cross_validation_rule(result)]
+    rules = sorted({rule_of(result) for result, _ in kept})
+    if len(rules) > 1:
+        problems.append(f"folds were selected by different rules {rules}: nothing averaged")
+        return [], problems
+    return kept, problems
+
+
+def check_folds(runs: list[tuple[FoldResult, Where]]) -> tuple[dict[int, tuple[FoldResult, Where]], list[str]]:
+    """Keep folds present exactly once; describe every missing or duplicated fold."""
+    by_fold: dict[int, list[tuple[FoldResult, Where]]] = defaultdict(list)
+    for result, where in runs:
+        by_fold[result["fold"]].append((result, where))
+    expected = {result["num_folds"] for result, _ in runs if result.get("num_folds")}
+    problems = []
+    if len(expected) > 1:
+        problems.append(f"runs disagree on num_folds: {sorted(expected)}")
+    num_folds = max(expected) if expected else max(by_fold) + 1
+    missing = sorted(set(range(num_folds)) - set(by_fold))
+    if missing:
+        problems.append(f"missing folds {missing} of {num_folds}")
+    kept = {}
+    for fold, entries in sorted(by_fold.items()):
+        if len(entries) > 1:
+            problems.append(f"fold {fold} appears {len(entries)} times ({', '.join(str(w) for _, w in entries)}); left out")
+        else:
+            kept[fold] = entries[0]
+    return kept, problems
+
+
+def check_scored(results: Mapping[int, FoldResult]) -> list[str]:
+    """A fold whose held-out labels name memes its predictions never reached (a run with debug=limit or
+    limit_test_batches): its scores are not its whole held-out fold's, and the report says so."""
+    problems = []
+    for fold, result in sorted(results.items()):
+        unscored = sorted(set(result.get("held_out_labels", {})) - set(result["oof_predictions"]["id"]))
+        if unscored:
+            problems.append(
+                f"fold {fold}: {len(unscored)} held-out memes were never scored (e.g. {unscored[:3]}; test batches limited, "
+                "as by debug=limit?): its scores cover part of the fold"
+            )
+    return problems
+
+
+def binary_oof(result: FoldResult) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+    """Out-of-fold scores of binary heads (scalar probabilities): head → id → p, and every binary
+    dataset head's labels of the held-out memes (culture → id → label), not only the model's heads."""
+    probs, labels = binary_scores(result["oof_predictions"])
+    labels = defaultdict(dict, labels)
+    for sample_id, heads in result.get("held_out_labels", {}).items():
+        for head, label in heads.items():
+            if isinstance(label, int) and label in (0, 1):
+                labels[head][sample_id] = label
+    return dict(probs), dict(labels)
+
+
+@dataclass
+class PooledOOF:
+    """Every fold's out-of-fold binary scores and held-out labels together (head/culture → id → value)."""
+
+    probs: dict[str, dict[str, float]]
+    labels: dict[str, dict[str, int]]
+    samples: int
+    ids_in_two_folds: list[str]
+
+
+def pool_out_of_fold(results: Mapping[int, FoldResult]) -> PooledOOF:
+    """Pool the folds' out-of-fold predictions; an id held out by two folds is listed (it must not be)."""
+    probs: dict[str, dict[str, float]] = defaultdict(dict)
+    labels: dict[str, dict[str, int]] = defaultdict(dict)
+    seen: dict[str, int] = {}
+    overlap = set()
+    for fold, result in results.items():
+        fold_probs, fold_labels = binary_oof(result)
+        ids = set(result["oof_predictions"]["id"])
+        overlap |= {i for i in ids if i in seen}
+        seen.update({i: fold for i in ids})
+        for head in fold_probs:
+            probs[head].update(fold_probs[head])
+        for culture in fold_labels:  # every culture's labels, also those no head of this model predicts
+            labels[culture].update(fold_labels[culture])
+    return PooledOOF(dict(probs), dict(labels), len(seen), sorted(overlap))
+
+
+def prefixed_mean_std(per_metric: dict[str, list[float]], prefix: str) -> dict[str, float]:
+    """`{prefix}/{key}_mean` and `_std` (sample std) of each key's values, keys sorted."""
+    summary = {}
+    for key, values in sorted(per_metric.items()):
+        stats = mean_std(values)
+        summary[f"{prefix}/{key}_mean"], summary[f"{prefix}/{key}_std"] = stats["mean"], stats["std"]
+    return summary
+
+
+def _per_head_metric(scores_by_fold: list[dict[str, dict[str, float | None]]]) -> dict[str, list[float]]:
+    per_metric: dict[str, list[float]] = defaultdict(list)
+    for scores in scores_by_fold:
+        for head, metrics in scores.items():
+            if head == "all":
+                continue
+            for name, value in metrics.items():
+                per_metric[f"{head}/{name}"].append(math.nan if value is None else value)
+    return per_metric
+
+
+def _threshold_scores(result: FoldResult) -> dict[str, dict[str, float]]:
+    """Head (and `mean`) → held-out scores at the selection split's threshold, as the fold result recorded them."""
+    recorded = result.get("selection_threshold") or {}
+    heads = {head: {k: v for k, v in scores.items() if k != "val_threshold"} for head, scores in (recorded.get("heads") or {}).items()}
+    return {**heads, "mean": recorded["mean"]} if heads else {}
+
+
+def summarise(results: Mapping[int, FoldResult], oof: PooledOOF) -> dict[str, Any]:
+    """Mean ± sample std over folds of the held-out folds' metrics, plus pooled out-of-fold scores."""
+    summary = prefixed_mean_std(_per_head_metric([r["held_out"] for r in results.values()]), "cv")
+    # macro-F1 (and accuracy) at the threshold each fold's selection split chose, applied once to its held-out fold
+    thresholds = [_threshold_scores(r) for r in results.values()]
+    if all(thresholds):
+        summary.update(prefixed_mean_std(_per_head_metric(thresholds), "cv"))
+    # the selection set's scores of the selected weights: what a hyperparameter sweep may be scored by
+    per_selection = _per_head_metric([r.get("selection_scores") or {} for r in results.values()])
+    if all(len(v) == len(results) for v in per_selection.values()):
+        summary.update(prefixed_mean_std(per_selection, "cv_selection"))
+    alignment = alignment_matrix(oof.probs, oof.labels)
+    rule = rule_of(next(iter(results.values())))
+    return {
+        "selection": {"rule": rule, "description": RULES[rule]},
+        "metrics": summary,
+        "pooled_oof_auroc": {head: row[head] for head, row in alignment.items() if head in row},  # own labels, all folds pooled
+        "alignment": alignment,
+        "oof_samples": oof.samples,
+        "ids_in_two_folds": oof.ids_in_two_folds,
+    }
+
+
+# The per-head columns of cv_report.md: metric key → heading. Accuracy at 0.5 is shown beside the majority-class rate
+# (an accuracy no higher carries no information) and beside macro-F1 at a threshold the selection split chose.
+CV_COLUMNS = {
+    "auroc": "AUROC",
+    "acc": "acc",
+    "majority": "majority",
+    "f1": "F1",
+    "macro_f1_at_val_threshold": "macro-F1 @ sel. thr.",
+}
+CV_COLUMNS_NOTE = (
+    "acc and F1: decisions at P(hate) ≥ 0.5; majority: the accuracy of always answering the held-out fold's most frequent "
+    "class; macro-F1 @ sel. thr.: at the threshold that maximised macro-F1 on the fold's selection split, applied once to "
+    "its held-out fold (— where a fold has no selection split)."
+)
+
+
+def cv_markdown(name: str, folds: list[int], problems: list[str], result: dict[str, Any]) -> str:
+    """`cv_report.md`: the rule, mean ± std per head, pooled out-of-fold AUROC, the alignment table and figures."""
+    heads = sorted({k.split("/")[1] for k in result["metrics"] if k.startswith("cv/")} - {"mean"}) + ["mean"]
+    lines = [f"# Cross-validation: {name}", "", f"Folds used: {sorted(folds)}; out-of-fold samples: {result['oof_samples']}."]
+    lines += ["", f"Selection rule: **{result['selection']['rule']}** — {result['selection']['description']}."]
+    lines += ["Every number below is the held-out folds' single test pass (mean ± sample std over folds)."]
+    lines += [f"- **problem**: {p}" for p in problems] + [""]
+    metrics = result["metrics"]
+    lines += [f"| head | {' | '.join(CV_COLUMNS.values())} | pooled OOF AUROC |", "|---|" + "---|" * (len(CV_COLUMNS) + 1)]
+    for head in heads:
+        cells = [
+            f"{metrics[f'cv/{head}/{m}_mean']:.3f} ± {metrics[f'cv/{head}/{m}_std']:.3f}" if f"cv/{head}/{m}_mean" in metrics else "—"
+            for m in CV_COLUMNS
+        ]
+        pooled = result["pooled_oof_auroc"].get(head)
+        lines.append(f"| {head} | " + " | ".join(cells) + f" | {'' if pooled is None else f'{pooled:.3f}'} |")
+    lines += ["", CV_COLUMNS_NOTE]
+    if not result["alignment"]:
+        return "\n".join([*lines, "", "No binary heads: no pooled ROC or alignment matrix.", ""])
+    lines += ["", f"Alignment (AUROC of each head's scores against each culture's labels; {BEST} = best culture; no test):", ""]
+    lines += alignment_table(result["alignment"], {head: BEST for head in result["alignment"]})
+    lines += ["", "![ROC](roc_oof.png)", "", "![alignment](alignment.png)", ""]
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""A decision threshold chosen on the selection split, then applied once to the held-out memes.
+
+Accuracy at 0.5 carries no information when a model puts most memes on one side of 0.5 (at the defaults, 93–100 %
+of a culture's held-out memes got P >= .5). Macro-F1 at a threshold chosen on the validation split (the split
+the run selected its weights on, never the held-out memes) says how well the scores separate the classes at an
+operating point a user could have picked in advance. Scores are scikit-learn's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import f1_score
+
+from crossmod.evaluation.alignment import read_predictions
+
+
+def macro_f1(labels: np.ndarray, probs: np.ndarray, threshold: float) -> float:
+    return float(f1_score(labels, (probs >= threshold).astype(int), average="macro", labels=[0, 1], zero_division=0))
+
+
+def best_threshold(labels: np.ndarray, probs: np.ndarray) -> float | None:
+    """The threshold maximising macro-F1 on these memes (the midpoint between neighbouring distinct scores, the lowest
+    among ties); None when they hold one class only (nothing to separate)."""
+    labels, probs = np.asarray(labels, dtype=int), np.asarray(probs, dtype=float)
+    if len(np.unique(labels)) < 2:
+        return None
+    values = np.unique(probs)
+    candidates = np.concatenate([[values[0]], (values[:-1] + values[1:]) / 2, [np.nextafter(values[-1], np.inf)]])
+    scores = [macro_f1(labels, probs, float(t)) for t in candidates]
+    return float(candidates[int(np.argmax(scores))])
+
+
+def selection_threshold_scores(
+    selection: tuple[Mapping[str, Mapping[str, float]], Mapping[str, Mapping[str, int]]],
+    held_out: tuple[Mapping[str, Mapping[str, float]], Mapping[str, Mapping[str, int]]],
+) -> dict[str, dict[str, float]]:
+    """Per binary head: the threshold chosen on the selection predictions, and macro-F1 (and accuracy) at it on the
+    held-out predictions; heads whose selection labels have one class are left out."""
+    (sel_probs, sel_labels), (out_probs, out_labels) = selection, held_out
+    scores: dict[str, dict[str, float]] = {}
+    for head, labelled in sel_labels.items():
+        if head not in out_labels or not out_labels[head]:
+            continue
+        ids = sorted(labelled)
+        threshold = best_threshold(np.array([labelled[i] for i in ids]), np.array([sel_probs[head][i] for i in ids]))
+        if threshold is None:
+            continue
+        held = sorted(out_labels[head])
+        y, p = np.array([out_labels[head][i] for i in held]), np.array([out_probs[head][i] for i in held])
+        scores[head] = {
+            "val_threshold": threshold,
+            "macro_f1_at_val_threshold": macro_f1(y, p, threshold),
+            "acc_at_val_threshold": float(np.mean((p >= threshold).astype(int) == y)),
+        }
+    return scores
+
+
+def threshold_on_selection(predictions: Path) -> dict[str, Any] | None:
+    """Per binary head (and their mean), macro-F1 and accuracy on a run's test stage at the threshold that maximised
+    macro-F1 on its validation stage (`predictions/val.csv`, the selection split, never the held-out memes) and
+    test stage (`test.csv`); None without both files or without a head with two classes on val."""
+    val, test = predictions / "val.csv", predictions / "test.csv"
+    if not (val.is_file() and test.is_file()):
+        return None
+    per_head = selection_threshold_scores(read_predictions(val), read_predictions(test))
+    if not per_head:
+        return None
+    names = next(iter(per_head.values())).keys()
+    mean = {name: sum(scores[name] for scores in per_head.values()) / len(per_head) for name in names if name != "val_threshold"}
+    return {
+        "rule": "threshold maximising macro-F1 on the validation (selection) split, applied once to the test stage",
+        "heads": per_head,
+        "mean": mean,
+    }

@@ -1,0 +1,52 @@
+"""Zero-shot runs side by side: `python -m crossmod.training.zeroshot_report <run dir>… [--out comparison.md]`.
+
+Each run is a `python zeroshot.py …` output directory (or its `zeroshot/` folder); rows are labelled by the
+checkpoint's model_type and its folder name. The table is `crossmod.evaluation.zeroshot_comparison`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from crossmod.evaluation.zeroshot_comparison import comparison_markdown
+
+
+def read_summary(run: Path) -> dict[str, Any]:
+    """`summary.json` of a zero-shot run directory or its `zeroshot/` folder; a clear error when missing."""
+    for candidate in (run / "zeroshot" / "summary.json", run / "summary.json"):
+        if candidate.is_file():
+            return json.loads(candidate.read_text())
+    raise FileNotFoundError(f"{run}: no zeroshot/summary.json (is it a `python zeroshot.py` run directory?)")
+
+
+def label(summary: dict[str, Any], taken: set[str]) -> str:
+    name = f"{summary.get('model_type') or summary.get('family', '?')} ({Path(str(summary['model'])).name})"
+    unique, n = name, 2
+    while unique in taken:
+        unique, n = f"{name} #{n}", n + 1
+    taken.add(unique)
+    return unique
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description="Zero-shot runs of several models side by side (accuracy per culture).")
+    parser.add_argument("runs", type=Path, nargs="+")
+    parser.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
+    args = parser.parse_args(argv)
+    taken: set[str] = set()
+    runs = {}
+    for run in args.runs:
+        summary = read_summary(run)
+        runs[label(summary, taken)] = summary
+    table = comparison_markdown(runs)
+    if args.out:
+        args.out.write_text(table)
+    print(table, end="")
+    return table
+
+
+if __name__ == "__main__":
+    main()
