@@ -47,7 +47,7 @@ FLOOR_VENV := .venv-floor
 FLOOR_PY := $(FLOOR_VENV)/bin/python
 FLOOR_STAMP := $(FLOOR_VENV)/.installed
 FLOOR_TESTS := tests/test_constraints.py tests/training/test_zero3_inference.py tests/training/test_export_predict.py \
-	tests/datamodules tests/bad_input tests/models
+	tests/data tests/bad_input tests/models
 
 $(FLOOR_STAMP): setup.cfg pyproject.toml constraints-floor.txt
 	test -x $(FLOOR_PY) || $(PYTHON) -m venv $(FLOOR_VENV)

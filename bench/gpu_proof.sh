@@ -25,7 +25,7 @@ if [ -n "$wheelhouse" ]; then
   "$python" -m pip install --quiet --no-index --no-deps --no-compile --target "$site" "$wheelhouse"/*.whl
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
   # what the sections import must be what was just installed, not a checkout or an older copy
-  imported=$(cd / && "$python" -c "import models, training, datamodules; print(models.__file__)")
+  imported=$(cd / && "$python" -c "import crossmod; print(crossmod.__file__)")
   case "$imported" in
     "$site"/*) echo "gpu_proof: crossmod installed offline from $wheelhouse ($((SECONDS - start)) s)" ;;
     *) echo "gpu_proof: crossmod imports from $imported, not from the offline install in $site" >&2; exit 2 ;;

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf, open_dict
 
 import crossmod.training.resolvers  # noqa: F401
 from tests.conftest import ROOT, SMALL_DATA
-from tests.datamodules.sources.layouts import BUILDERS as RAW_LAYOUTS
+from tests.data.sources.layouts import BUILDERS as RAW_LAYOUTS
 from tests.fixtures.small import small_synthetic
 
 CONFIGS = ROOT / "configs"

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from crossmod.training.user_errors import UserError, missing_keys, require
 from tests.conftest import ROOT, scaled
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 
 
 def _run(

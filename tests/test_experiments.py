@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, SMALL_DATA
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 
 TINY_TEXT = ("model.text.name_or_path=${paths.tiny_bert}",)
 TINY_IMAGE = ("model.image.model_name=test_resnet", "model.image.pretrained=false", "model.preprocessor.image_size=64")

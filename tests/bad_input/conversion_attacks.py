@@ -10,7 +10,7 @@ import pytest
 
 from crossmod.data.sources.base import RawDataError
 from tests.bad_input.tally import check_counts
-from tests.datamodules.sources.helpers import convert, source
+from tests.data.sources.helpers import convert, source
 
 
 def replace_line(path: Path, line: int, text: str | bytes) -> None:

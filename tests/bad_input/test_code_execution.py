@@ -23,7 +23,7 @@ from crossmod.models.module import MemeClassifier
 from crossmod.models.trusted_targets import UntrustedConfigError
 from crossmod.training.artifacts import load_culture, run_model
 from tests.conftest import ROOT, scaled
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 from tests.zygote import run_python
 
 

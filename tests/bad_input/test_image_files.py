@@ -20,8 +20,8 @@ from PIL import Image
 from crossmod.data.sources.images import MAX_IMAGE_BYTES
 from tests.bad_input.conversion_attacks import refused_then_counted
 from tests.conftest import ROOT, scaled
-from tests.datamodules.sources import layouts
-from tests.datamodules.sources.helpers import source
+from tests.data.sources import layouts
+from tests.data.sources.helpers import source
 
 GIB = 1024**3
 CASES = {
@@ -39,7 +39,7 @@ PROBE = """
 import json, resource, sys
 from pathlib import Path
 from crossmod.data.predict_inputs import read_inputs
-from tests.datamodules.sources.helpers import convert, source
+from tests.data.sources.helpers import convert, source
 def run(raw, out, limit):
     manifest = convert(source("hateful_memes", raw, on_error="skip", max_image_bytes=limit), out)
     predicted = read_inputs(raw / "img", on_error="skip", max_image_bytes=limit)

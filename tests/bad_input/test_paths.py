@@ -21,8 +21,8 @@ from crossmod.data.sample import Sample
 from crossmod.data.shards import read_manifest, read_samples, verify_shards, write_shards
 from tests.bad_input.conversion_attacks import json_line, refused_then_counted, replace_line, shard_bytes
 from tests.bad_input.tally import check_counts
-from tests.datamodules.sources import layouts
-from tests.datamodules.sources.helpers import convert, source
+from tests.data.sources import layouts
+from tests.data.sources.helpers import convert, source
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from crossmod.data.sample import Sample
 from crossmod.data.shards import write_shards
 from crossmod.training.predicting import write_predictions
 from tests.conftest import ROOT, scaled
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 from tests.zygote import run_python
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.bad_input.conversion_attacks import refused_then_counted, replace_line
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 
 SURROGATE = "\\ud800"  # as written in the JSON file: an escape json.loads turns into a lone surrogate
 

@@ -15,7 +15,7 @@ import torch
 
 from crossmod.models.vlm.classifier import quantization_config
 from crossmod.models.vlm.tag_preprocess import IGNORE, TagPreprocessor, parse_tags, prompt_only
-from tests.datamodules.sources.layouts import image_bytes, write_jsonl
+from tests.data.sources.layouts import image_bytes, write_jsonl
 
 PROMPT = "Title: {title}\nWrite tags."
 HEADS = {"toxic": {"kind": "binary"}}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 from tests.zygote import run_python
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from crossmod.training.artifacts import export_culture, load_culture, run_model
 from crossmod.training.bases import BaseModelError
 from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import ROOT, SMALL_DATA, scaled
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 from tests.zygote import run_python
 
 

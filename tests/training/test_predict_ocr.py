@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, SMALL_DATA, scaled
-from tests.datamodules.test_ocr import CAPTIONS, meme
+from tests.data.test_ocr import CAPTIONS, meme
 from tests.zygote import run_python
 
 pytestmark = pytest.mark.slow

@@ -101,7 +101,7 @@ def test_a_fold_run_on_a_remote_dataset_without_folds_says_how_to_prepare(served
 def test_a_fold_run_of_a_served_one_split_dataset_needs_no_split_keys(data_dir, tmp_path):
     """`prepare.py mhc … --folds 3`, served over HTTP, then `train.py data=shards … fold=0 num_folds=3 model=text`: the
     manifest says its folds divide split `all`, so the run tests fold 0 and selects on its stored inner split."""
-    from tests.datamodules.test_remote_shards import _prepare_mhc
+    from tests.data.test_remote_shards import _prepare_mhc
 
     _, directory = _prepare_mhc(tmp_path / "mhc", "--folds", "3")
     run = TrainRun(data_dir, tmp_path / "runs")
@@ -117,7 +117,7 @@ def test_prepare_with_folds_stores_each_folds_inner_split_for_evaluation_only_da
     """Multi3Hate has no splits: a fold run selects on an inner split of its training folds, which a read-only
     remote copy cannot add later, so `prepare.py --folds k` stores all k of them."""
     from prepare import compose_data, prepare
-    from tests.datamodules.sources import layouts
+    from tests.data.sources import layouts
 
     raw = layouts.multi3hate(tmp_path / "raw" / "data")
     _, manifest = prepare(

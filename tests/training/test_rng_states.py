@@ -1,6 +1,6 @@
 """RNG states travel in checkpoints: a resumed fit draws what the uninterrupted fit drew after the checkpoint.
 
-Uses the recording fits of tests/datamodules/test_stream_position.py: every training step draws once from
+Uses the recording fits of tests/data/test_stream_position.py: every training step draws once from
 torch's RNG, checkpoints are written mid-epoch and at an epoch's end.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from crossmod.training.callbacks.rng_states import RngStates
-from tests.datamodules.test_stream_position import MID, SaveAt, fit, shard_root  # noqa: F401
+from tests.data.test_stream_position import MID, SaveAt, fit, shard_root  # noqa: F401
 
 
 @pytest.mark.parametrize("workers", [0, 2])  # a new loader iterator at every epoch start, or persistent workers

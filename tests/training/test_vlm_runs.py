@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from crossmod.training.resolvers import tiny_vlm
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 
 TINY = ("model.preprocessor.image_size=56", "data.batch_size=4", "data.num_workers=0", "trainer.max_epochs=1")
 

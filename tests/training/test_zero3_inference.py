@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import TrainRun
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from scipy.stats import rankdata
 from crossmod.training import zeroshot_report
 from crossmod.training.resolvers import tiny_vlm
 from tests.conftest import TrainRun
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 
 pytestmark = pytest.mark.slow
 

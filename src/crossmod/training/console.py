@@ -46,7 +46,7 @@ HARMLESS_WARNINGS = (
         r"You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable",
         "Lightning looks for resume state on the loader; crossmod's training stream keeps its position in the "
         "datamodule's state (src/crossmod/data/stream_position.py): a mid-epoch resume replays exactly the batches the "
-        "uninterrupted run would (tests/datamodules/test_stream_position.py), and the resume line says where it starts",
+        "uninterrupted run would (tests/data/test_stream_position.py), and the resume line says where it starts",
     ),
     (
         r"`is_gradient_checkpointing` is deprecated",

@@ -13,8 +13,8 @@ import pytest
 
 from crossmod.data.shards import sha256_file
 from tests.conftest import ROOT
-from tests.datamodules.sources import layouts
-from tests.datamodules.sources.helpers import convert, source
+from tests.data.sources import layouts
+from tests.data.sources.helpers import convert, source
 
 
 def digests(directory) -> dict[str, str]:
@@ -54,7 +54,7 @@ SLOW_CONVERSION = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from tests.datamodules.sources.helpers import convert, source
+    from tests.data.sources.helpers import convert, source
 
     src = source("toxictags", Path(sys.argv[1]))
     records = src.records

@@ -12,7 +12,7 @@ from crossmod.data.memes import MemeDataModule
 from crossmod.data.shards import read_manifest
 from prepare import compose_data, data_configs, main
 from tests.conftest import ROOT, scaled
-from tests.datamodules.sources import layouts
+from tests.data.sources import layouts
 
 
 def test_lists_the_raw_dataset_configs():

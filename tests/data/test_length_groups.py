@@ -10,7 +10,7 @@ import pytest
 from crossmod.data.length_groups import LengthGroupedBatches
 from crossmod.data.memes import MemeDataModule
 from crossmod.data.synthetic import SyntheticMemeSource
-from tests.datamodules.test_memes import HEADS, IdsOnly
+from tests.data.test_memes import HEADS, IdsOnly
 
 
 def memes(n: int) -> list[dict]:

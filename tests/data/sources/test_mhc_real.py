@@ -10,7 +10,7 @@ import pytest
 
 from crossmod.data.folds import iter_records
 from tests.conftest import ROOT
-from tests.datamodules.sources.helpers import convert, source
+from tests.data.sources.helpers import convert, source
 
 MHC_DIR = Path(os.environ.get("MHC_DIR", ROOT.parent / "shared" / "data" / "mhc"))
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from crossmod.data.sources.base import RawDataError
-from tests.datamodules.sources import layouts
-from tests.datamodules.sources.helpers import convert, source
+from tests.data.sources import layouts
+from tests.data.sources.helpers import convert, source
 
 
 def edit_jsonl_line(path: Path, line: int, text: str | bytes) -> None:

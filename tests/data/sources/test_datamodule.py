@@ -9,9 +9,9 @@ import pytest
 
 import crossmod.data.memes as memes
 from crossmod.data.memes import MemeDataModule
-from tests.datamodules.sources import layouts
-from tests.datamodules.sources.helpers import source
-from tests.datamodules.test_memes import IdsOnly
+from tests.data.sources import layouts
+from tests.data.sources.helpers import source
+from tests.data.test_memes import IdsOnly
 
 
 def datamodule(src, tmp_path, **kwargs) -> MemeDataModule:

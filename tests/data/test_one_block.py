@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from crossmod.data.one_block import one_block
-from tests.datamodules.test_memes import HEADS, _datamodule
+from tests.data.test_memes import HEADS, _datamodule
 
 
 class TensorBatches:

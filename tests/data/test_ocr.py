@@ -108,8 +108,8 @@ def test_a_dataset_without_text_is_converted_with_captions_read_off_its_images(t
     with `ocr` their captions come from the images, marked as such, and the shards get their own fingerprint."""
     from crossmod.data.memes import MemeDataModule
     from crossmod.data.shards import read_samples
-    from tests.datamodules.sources.helpers import source
-    from tests.datamodules.sources.layouts import hateful_memes, write_jsonl
+    from tests.data.sources.helpers import source
+    from tests.data.sources.layouts import hateful_memes, write_jsonl
 
     raw = hateful_memes(tmp_path / "raw", train=4, dev=2, test=2)
     items = [json.loads(line) for line in (raw / "train.jsonl").read_text().splitlines()]

@@ -171,7 +171,7 @@ SHARDS_FOLD0 = ("fold=0", "num_folds=3", "num_workers=0", "remote_retries=1", "r
 def _prepare_mhc(root, *options: str):
     """`python prepare.py mhc --raw-dir … --out <root>/shards <options>` on a tiny MHC layout: (raw dir, shard dir)."""
     from prepare import main
-    from tests.datamodules.sources import layouts
+    from tests.data.sources import layouts
 
     raw = layouts.mhc(root / "raw", cases=12)  # 2 languages × 6 templates: 12 groups, all in split `all`
     assert main(["mhc", "--raw-dir", str(raw), "--out", str(root / "shards"), *options]) == 0
@@ -186,7 +186,7 @@ def _shards_datamodule(url: str, *overrides: str):
     from hydra.utils import instantiate
 
     from prepare import compose_data
-    from tests.datamodules.test_memes import IdsOnly
+    from tests.data.test_memes import IdsOnly
 
     dm = instantiate(compose_data("shards", [f"shard_dir={url}", *overrides]), preprocessor=IdsOnly())
     dm.prepare_data()

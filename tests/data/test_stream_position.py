@@ -19,8 +19,8 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 
 from crossmod.data.memes import MemeDataModule
 from crossmod.data.synthetic import SyntheticMemeSource
-from tests.datamodules.test_length_groups import WordCounts
-from tests.datamodules.test_memes import HEADS, IdsOnly
+from tests.data.test_length_groups import WordCounts
+from tests.data.test_memes import HEADS, IdsOnly
 
 BATCHES_PER_EPOCH = 6
 EPOCHS = 3

@@ -8,8 +8,8 @@ import pytest
 
 from crossmod.data.folds import iter_records
 from crossmod.data.shards import fingerprint
-from tests.datamodules.sources import layouts
-from tests.datamodules.sources.helpers import convert, source
+from tests.data.sources import layouts
+from tests.data.sources.helpers import convert, source
 
 
 def samples(src) -> dict:

@@ -15,7 +15,7 @@ import pytest
 
 from crossmod.data.memes import MemeDataModule
 from crossmod.data.synthetic import SyntheticMemeSource
-from tests.datamodules.test_memes import HEADS, IdsOnly, _ids
+from tests.data.test_memes import HEADS, IdsOnly, _ids
 
 NUM_FOLDS = 3
 
