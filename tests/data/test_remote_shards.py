@@ -170,7 +170,7 @@ SHARDS_FOLD0 = ("fold=0", "num_folds=3", "num_workers=0", "remote_retries=1", "r
 
 def _prepare_mhc(root, *options: str):
     """`python prepare.py mhc --raw-dir … --out <root>/shards <options>` on a tiny MHC layout: (raw dir, shard dir)."""
-    from prepare import main
+    from crossmod.recipes.prepare import main
     from tests.data.sources import layouts
 
     raw = layouts.mhc(root / "raw", cases=12)  # 2 languages × 6 templates: 12 groups, all in split `all`
@@ -185,7 +185,7 @@ def _shards_datamodule(url: str, *overrides: str):
 
     from hydra.utils import instantiate
 
-    from prepare import compose_data
+    from crossmod.recipes.prepare import compose_data
     from tests.data.test_memes import IdsOnly
 
     dm = instantiate(compose_data("shards", [f"shard_dir={url}", *overrides]), preprocessor=IdsOnly())
@@ -264,7 +264,7 @@ def test_missing_folds_name_the_prepare_command_that_stores_them(tmp_path):
             assert fact in error, fact
         command = shlex.split(_command(error, "python prepare.py "))
         assert command[2:4] == ["mhc", "--raw-dir"] and "--folds" in command and "fold_seed=1" in command and "inner_share=0.2" in command
-        from prepare import main
+        from crossmod.recipes.prepare import main
 
         assert main([*command[2:], "--out", str(directory.parent)]) == 0
         dm = _shards_datamodule(url, *overrides)

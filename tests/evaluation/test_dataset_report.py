@@ -9,7 +9,7 @@ from scipy.stats import chi2_contingency
 
 from crossmod.data.shards import read_manifest
 from crossmod.data.sources.multi3hate import Multi3HateSource
-from prepare import main
+from crossmod.recipes.prepare import main
 from tests.data.sources import layouts
 
 # Final labels of six memes (US, DE, MX, IN, CN); largest same-label group: 5, 5, 4, 3, 3, 4.

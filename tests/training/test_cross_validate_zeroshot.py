@@ -1,11 +1,11 @@
-"""`cross_validate.py cv.zeroshot=<experiment>`: the zero-shot run is launched through `zeroshot.py` with the folds' memes and base model."""
+"""`cross_validate.py cv.zeroshot=<experiment>`: the zero-shot run is launched as `crossmod zeroshot` with the folds' memes and base model."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from cross_validate import zeroshot_command
+from crossmod.recipes.cross_validate import zeroshot_command
 from tests.conftest import ROOT, scaled
 
 
@@ -15,8 +15,8 @@ def test_cv_zeroshot_launches_zeroshot_py_with_the_folds_memes_and_base_model(tm
         *("data.raw_dir=/memes", "model.name_or_path=/base", "+zeroshot.max_new_tokens=4"),
     ]
     command = zeroshot_command(overrides, "qwen_zeroshot", tmp_path / "zeroshot_run")
-    assert command[1] == str(ROOT / "zeroshot.py")
-    assert command[2:] == [
+    assert command[1:4] == ["-m", "crossmod", "zeroshot"]  # the installed crossmod's job, wherever it runs from
+    assert command[4:] == [
         "experiment=qwen_zeroshot", "~data.heads.MX", "data.raw_dir=/memes", "model.name_or_path=/base", "zeroshot.max_new_tokens=4",
         f"hydra.run.dir={tmp_path / 'zeroshot_run'}",
     ]  # fmt: skip
@@ -32,7 +32,7 @@ def test_multi_head_is_cross_validated_beside_the_cultures_on_the_same_folds(tmp
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import cross_validate
+    from crossmod.recipes import cross_validate
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):

@@ -23,7 +23,7 @@ COMMON = ("data=shards", "fold=0", "num_folds=3", "print_table=false", "data.num
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """A synthetic dataset prepared with `--folds 3` (folds and inner splits in its manifest), then served."""
-    from prepare import compose_data, prepare
+    from crossmod.recipes.prepare import compose_data, prepare
 
     root = tmp_path_factory.mktemp("remote_ds")
     overrides = ["data.source.num_groups=40", "data.samples_per_shard=64", f"data.shard_root={root}"]
@@ -116,7 +116,7 @@ def test_a_fold_run_of_a_served_one_split_dataset_needs_no_split_keys(data_dir, 
 def test_prepare_with_folds_stores_each_folds_inner_split_for_evaluation_only_data(tmp_path):
     """Multi3Hate has no splits: a fold run selects on an inner split of its training folds, which a read-only
     remote copy cannot add later, so `prepare.py --folds k` stores all k of them."""
-    from prepare import compose_data, prepare
+    from crossmod.recipes.prepare import compose_data, prepare
     from tests.data.sources import layouts
 
     raw = layouts.multi3hate(tmp_path / "raw" / "data")

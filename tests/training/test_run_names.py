@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 import crossmod.training.resolvers  # noqa: F401  (registers ${run_name:} …)
-from cross_validate import models
+from crossmod.recipes.cross_validate import models
 from tests.conftest import ROOT, SMALL_DATA
 
 

@@ -47,6 +47,7 @@ from crossmod.training.chat_answers import ChatBatches, GreedyChatAnswers, answe
 from crossmod.training.console import configure_console
 from crossmod.training.memebridge_prompts import MemeBridgePrompts
 from crossmod.training.preflight import prompting
+from crossmod.training.resolvers import package_configs
 from crossmod.training.scoring import scoring_trainer
 from crossmod.training.user_errors import entry_point
 
@@ -258,7 +259,7 @@ def run(cfg: DictConfig) -> float:
     return float("nan") if value is None else float(value)
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
 @entry_point(prompting("python -m crossmod.training.memebridge", "memebridge", "memebridge_prompting"))
 def main(cfg: DictConfig) -> float:
     OmegaConf.resolve(cfg)

@@ -1,0 +1,128 @@
+"""`crossmod <job> [overrides]`: one command for every job, installed by pip.
+
+Only the standard library is imported until a job is chosen, so `crossmod --help`, `crossmod ls` and `crossmod cp`
+answer without loading torch. A job gets the rest of the command line as its own (`crossmod train experiment=… fold=0`
+is `python train.py experiment=… fold=0` in a checkout), with `crossmod <job>` as its program name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+
+class Job(NamedTuple):
+    module: str
+    summary: str
+
+
+JOBS: dict[str, Job] = {
+    "train": Job("crossmod.recipes.train", "train an experiment (Hydra overrides: experiment=… fold=… trainer=…)"),
+    "cv": Job("crossmod.recipes.cross_validate", "every fold of an experiment, one process each, then the per-culture report"),
+    "evaluate": Job("crossmod.recipes.evaluate", "score runs or exported cultures on a dataset (ckpt=… data=…)"),
+    "export": Job("crossmod.recipes.export", "a run's cultures as PEFT adapter folders (run=… [culture=DE] [kind=retrieval])"),
+    "predict": Job("crossmod.recipes.predict", "score new memes with an exported culture folder (adapters=… inputs=…)"),
+    "prepare": Job("crossmod.recipes.prepare", "convert a raw dataset to WebDataset shards (<dataset> --raw-dir … --out …)"),
+    "zeroshot": Job("crossmod.recipes.zeroshot", "answer memes zero-shot with a VLM and the study's prompts"),
+    "fewshot": Job("crossmod.training.fewshot", "few-shot VLM prompting with retrieved exemplars (ToxicTags)"),
+    "memebridge": Job("crossmod.training.memebridge", "MemeBridge's prompting protocol"),
+    "cv-report": Job("crossmod.training.cv_report", "re-report cross-validation folds (<folder of fold runs>)"),
+    "seed-report": Job("crossmod.training.seed_report", "mean ± std over seeds (<multirun dir>)"),
+    "zeroshot-report": Job("crossmod.training.zeroshot_report", "zero-shot runs of several VLMs side by side"),
+    "consolidate": Job("crossmod.training.consolidate", "a sharded DeepSpeed checkpoint as one file"),
+    "retrieval-db": Job("crossmod.training.retrieval_db", "add labelled memes to a retrieval culture adapter"),
+    "wandb-offline": Job("crossmod.training.wandb_offline", "read an offline W&B run (no sync)"),
+    "synthetic": Job("crossmod.data.synthetic", "the synthetic memes' measured rule"),
+}
+
+# `crossmod ls` groups, by the name a user asks for and the config folder that holds them
+GROUPS = {
+    "experiments": "experiment",
+    "datasets": "data",
+    "models": "model",
+    "strategies": "strategy",
+    "trainers": "trainer",
+    "recipes": "recipe",
+    "loggers": "logger",
+    "sweeps": "hparams_search",
+}
+
+
+def configs_dir() -> Path:
+    """The Hydra tree shipped inside the package (the same folder crossmod.training.resolvers.package_configs names)."""
+    return Path(__file__).resolve().parent / "configs"
+
+
+def usage() -> str:
+    width = max(map(len, JOBS))
+    jobs = "\n".join(f"  {name:<{width}}  {job.summary}" for name, job in JOBS.items())
+    return (
+        "usage: crossmod <job> [overrides …]     e.g. crossmod train experiment=qwen_lora_cv fold=0\n"
+        "       crossmod <job> --help             the job's own keys\n"
+        "       crossmod ls [group]               the configs to choose from (" + ", ".join(GROUPS) + ")\n"
+        "       crossmod cp <group>/<name> <file> a shipped config as the start of one's own\n\n"
+        f"jobs:\n{jobs}\n\n"
+        "A folder of one's own configs joins the shipped ones: crossmod train --config-dir <folder> experiment=<name>\n"
+        "(<folder>/experiment/<name>.yaml). Data, caches and runs go under the working directory (or $CROSSMOD_ROOT)."
+    )
+
+
+def options(group: str) -> list[str]:
+    """A config group's option names (`experiment/qwen_lora_cv.yaml` → `qwen_lora_cv`), nested groups as `a/b`."""
+    folder = configs_dir() / GROUPS.get(group, group)
+    if not folder.is_dir():
+        raise SystemExit(f"crossmod ls: no config group {group!r}; groups: {', '.join(GROUPS)}")
+    return sorted(str(path.relative_to(folder).with_suffix("")) for path in folder.rglob("*.yaml"))
+
+
+def list_configs(groups: list[str]) -> str:
+    return "\n".join(f"{group}: {' '.join(options(group))}" for group in (groups or GROUPS))
+
+
+def copy_config(name: str, destination: str) -> Path:
+    """Copy a shipped config (`experiment/qwen_lora_cv`) to a file of one's own; never overwrites."""
+    group, _, option = name.removesuffix(".yaml").rpartition("/")
+    source = (configs_dir() / GROUPS.get(group, group) / f"{option}.yaml") if group else configs_dir() / f"{option}.yaml"
+    if not source.resolve().is_relative_to(configs_dir()) or not source.is_file():
+        raise SystemExit(f"crossmod cp: no config {name!r} (crossmod ls lists them, e.g. experiment/qwen_lora_cv)")
+    target = Path(destination)
+    if target.is_dir():
+        target = target / source.name
+    if target.exists():
+        raise SystemExit(f"crossmod cp: {target} exists; choose another name or remove it first")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    return target
+
+
+def run_job(name: str, args: list[str]) -> object:
+    """Import the chosen job only now and run its main with the remaining arguments as its command line."""
+    sys.argv = [f"crossmod {name}", *args]
+    return importlib.import_module(JOBS[name].module).main()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    command, rest = args[0], args[1:]
+    if command == "ls":
+        print(list_configs(rest))
+        return 0
+    if command == "cp":
+        if len(rest) != 2:
+            raise SystemExit("usage: crossmod cp <group>/<name> <file or folder>")
+        print(copy_config(*rest))
+        return 0
+    if command not in JOBS:
+        raise SystemExit(f"crossmod: no job {command!r}\n\n{usage()}")
+    result = run_job(command, rest)
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

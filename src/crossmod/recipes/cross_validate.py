@@ -1,0 +1,165 @@
+"""Run every fold of an experiment, one process per fold, then report: `python cross_validate.py experiment=<name>`.
+
+Each fold is `train.py fold=k` in its own process (a 7B model never shares memory with its siblings)
+with the same overrides, under `<this run dir>/fold{k}`; afterwards the folds are tied together by
+`crossmod.training.cv_report` and the chosen cross-validation metric is returned, which makes this the
+program for sweeps that score a trial by its cross-validation mean (Optuna: `-m hparams_search=…`,
+W&B: `configs/sweeps/*_cv.yaml`).
+
+`cv.per_culture=true` trains one model per binary head instead (`<name>-FT-<culture>`, every other head
+removed; `cv.multi_head=true` also the model with every head, for the table's multi-head row), and
+`cv.zeroshot=<experiment>` answers the same memes zero-shot first (same data and base model overrides); the report
+then holds the culture-transfer table (the Multi3Hate study's Table 11).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+import crossmod.training.resolvers  # noqa: F401  (registers ${run_id:} …)
+from crossmod.training import preflight
+from crossmod.training.resolvers import package_configs
+from crossmod.training.user_errors import entry_point
+
+# Each fold and the zero-shot run: a job of the installed crossmod, in a process of its own.
+JOB = (sys.executable, "-m", "crossmod")
+# Overrides that belong to this launcher (or to Hydra's sweep), not to the fold runs.
+NOT_FOR_FOLDS = (
+    "fold=",
+    "num_folds=",
+    "hparams_search=",
+    "cv_metric=",
+    "hydra.",
+    "cv.per_culture=",
+    "cv.multi_head=",
+    "cv.zeroshot=",
+    "zeroshot.",
+)
+# Overrides a zero-shot run shares with the fold runs: the same memes, base model, prompt and places.
+FOR_ZEROSHOT = ("data.", "model.name_or_path=", "model.preprocessor.", "model.prompt.", "paths.", "seed=", "zeroshot.")
+# A trial's W&B run belongs to this process; each fold opens its own run in the trial's group.
+WANDB_TRIAL_ENV = ("WANDB_RUN_ID", "WANDB_SWEEP_ID", "WANDB_SWEEP_PARAM_PATH", "WANDB_RESUME")
+
+
+def fold_command(overrides: list[str], fold: int, num_folds: int, run_dir: Path) -> list[str]:
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(NOT_FOR_FOLDS)]
+    return [
+        *JOB,
+        "train",
+        *kept,
+        f"fold={fold}",
+        f"num_folds={num_folds}",
+        f"hydra.run.dir={run_dir / f'fold{fold}'}",
+    ]
+
+
+def models(cfg: DictConfig, run_dir: Path) -> list[tuple[str, list[str], Path]]:
+    """(experiment name, extra overrides, runs dir) of each model cross-validated: the configured one, or one per culture."""
+    if not cfg.cv.per_culture:
+        return [(cfg.name, [], run_dir)]
+    binary = [h for h, spec in cfg.data.heads.items() if spec.kind == "binary"]
+    if len(binary) < 2:
+        raise ValueError(f"cv.per_culture=true needs several binary heads (cultures); data.heads has {binary}")
+    planned = [
+        (f"{cfg.name}-FT-{c}", [f"~data.heads.{o}" for o in cfg.data.heads if o != c] + [f"name={cfg.name}-FT-{c}"], run_dir / f"FT-{c}")
+        for c in binary
+    ]
+    if cfg.cv.get("multi_head"):  # the one model with every culture's head, on the same folds: Table 11's multi-head row
+        planned.append((cfg.name, [], run_dir / "multi-head"))
+    return planned
+
+
+def zeroshot_command(overrides: list[str], experiment: str, run_dir: Path) -> list[str]:
+    # `+zeroshot.…` (a key train.yaml lacks) is a plain override for the zero-shot experiment, which has it
+    kept = [o.removeprefix("+") if o.startswith("+zeroshot.") else o for o in overrides if o.lstrip("+~").startswith(FOR_ZEROSHOT)]
+    return [*JOB, "zeroshot", f"experiment={experiment}", *kept, f"hydra.run.dir={run_dir}"]
+
+
+@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
+@entry_point(preflight.cross_validate)
+def main(cfg: DictConfig) -> float:
+    from crossmod.training.cv_report import TRANSFER, report
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    overrides = list(HydraConfig.get().overrides.task)
+    env = {k: v for k, v in os.environ.items() if k not in WANDB_TRIAL_ENV}
+    env["CROSSMOD_CV_GROUP"] = env.get("CROSSMOD_CV_GROUP") or f"{run_dir.parent.name}-{run_dir.name}"
+    if cfg.cv.zeroshot:
+        command = zeroshot_command(overrides, cfg.cv.zeroshot, run_dir / "zeroshot_run")
+        print(f"[cross_validate] zero-shot: {' '.join(command[2:])}", flush=True)
+        subprocess.run(command, env=env, check=True)
+    planned = models(cfg, run_dir)
+    for name, extra, runs_dir in planned:
+        for fold in range(cfg.num_folds):
+            command = fold_command([*overrides, *extra], fold, cfg.num_folds, runs_dir)
+            print(f"[cross_validate] {name} fold {fold}/{cfg.num_folds}: {' '.join(command[2:])}", flush=True)
+            subprocess.run(command, env=env, check=True)
+    results = report(run_dir, run_dir / "cv_report")
+    transfer = results.pop(TRANSFER, None)
+    values = []
+    for name, _, _ in planned:
+        result = results[name]
+        if result.get("problems"):
+            raise RuntimeError(f"cross-validation of {name} in {run_dir} is incomplete: {result['problems']}")
+        held_out = result["metrics"]["cv/mean/auroc_mean"]
+        print(f"[cross_validate] {name}: held-out cv/mean/auroc_mean = {held_out:.4f} (report: {run_dir / 'cv_report' / name})", flush=True)
+        values.append(result["metrics"].get(cfg.cv_metric))
+        _log_trial(cfg, result, transfer)
+    if transfer is not None:
+        print(f"[cross_validate] culture transfer (Table 11): {run_dir / 'cv_report' / 'culture_transfer.md'}", flush=True)
+    return sweep_value(cfg, values)
+
+
+def sweep_value(cfg: DictConfig, values: list[float | None]) -> float | None:
+    """What a sweeper gets: the selection sets' mean (`cv_metric`); never a held-out fold's score."""
+    if cfg.cv_metric.startswith("cv/"):
+        raise ValueError(
+            f"cv_metric={cfg.cv_metric} would score sweep trials on the held-out folds the report publishes; "
+            "use cv_selection/<head>/<metric>_mean (the folds' selection sets, cv.selection=inner)"
+        )
+    if any(v is None for v in values):
+        if HydraConfig.get().mode == RunMode.MULTIRUN or "WANDB_SWEEP_ID" in os.environ:
+            raise ValueError(
+                f"{cfg.cv_metric} was not measured: under cv.selection={cfg.cv.selection} the folds have no selection set "
+                "to score a sweep trial by; sweep with cv.selection=inner"
+            )
+        return None
+    return sum(values) / len(values)
+
+
+def _log_trial(cfg: DictConfig, result: dict, transfer: dict | None = None) -> None:
+    """Under a W&B sweep agent (or logger=wandb), the trial's own run gets the cross-validation summary."""
+    if "WANDB_SWEEP_ID" not in os.environ and "wandb" not in (cfg.get("logger") or {}):
+        return
+    import wandb
+
+    from crossmod.training.resolvers import wandb_offline
+
+    run = wandb.init(
+        project=cfg.logger.wandb.project if "wandb" in (cfg.get("logger") or {}) else None,
+        group=os.environ.get("CROSSMOD_CV_GROUP"),
+        job_type="cv",
+        dir=HydraConfig.get().runtime.output_dir,
+        mode="offline" if wandb_offline() else "online",
+    )
+    run.summary.update(
+        {**result["metrics"], **{f"cv/{h}/pooled_oof_auroc": v for h, v in result["pooled_oof_auroc"].items() if v is not None}}
+    )
+    if transfer is not None:
+        table = transfer["table"]
+        columns = list(next(iter(table.values())))
+        rows = [[model, *(f"{table[model][c]['acc_mean']:.4f} ± {table[model][c]['acc_std']:.4f}" for c in columns)] for model in table]
+        run.log({"cv/culture_transfer_acc": wandb.Table(columns=["model", *columns], data=rows)})
+    run.finish()
+
+
+if __name__ == "__main__":
+    main()

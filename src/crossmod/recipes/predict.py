@@ -1,0 +1,89 @@
+"""Score new memes with an exported culture folder:
+`python predict.py adapters=<folder> inputs=<images dir | memes.jsonl | shard dir> [threshold=0.5] [out=preds.csv]`.
+
+Inputs: a folder of images (text empty), a JSONL file (`{"id", "text", "image": <path relative to the
+file>, "lang"}` per line), or a shard directory written by crossmod. Output: one row per meme with each
+head's probability and the decision at the threshold (JSONL or CSV by the file extension).
+Inputs get the conversion's checks (paths inside their folder, image size, signature and decoding):
+a bad one stops the run naming file and line, or with `on_error=skip` is counted, listed and written
+to `<out>.skipped.jsonl`. Memes without text get their caption read off the image with `ocr=rapidocr`
+(or `tesseract`; written to the predictions as `ocr_text`, cached per image); a meme lacking an input the
+model reads (text, image) stops the run naming it and how to provide it, unless `allow_missing` lists it.
+A retrieval adapter (`export.py kind=retrieval`) scores each meme by its nearest labelled memes and writes
+them as the explanation: `<culture>_neighbours` (ids, nearest first), their labels and similarities; `k=`
+changes how many vote (default: the card's).
+A base model the folder names but does not ship is given with `model.name_or_path=<local copy>` (VLM) or
+`model.text.name_or_path=…` / `model.fusion.name_or_path=…` (configs/predict.yaml).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+import crossmod.training.resolvers  # noqa: F401
+from crossmod.training import preflight
+from crossmod.training.resolvers import package_configs
+from crossmod.training.user_errors import entry_point
+
+
+@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="predict")
+@entry_point(preflight.predict)
+def main(cfg: DictConfig) -> None:
+    from crossmod.data.predict_inputs import check_inputs
+    from crossmod.training.artifacts import load_culture
+    from crossmod.training.bases import BaseModelError, base_overrides
+    from crossmod.training.predicting import read_captions, read_inputs, write_predictions
+    from crossmod.training.scoring import score, scoring_trainer
+
+    try:
+        inputs = read_inputs(str(cfg.inputs), cfg.splits, on_error=cfg.on_error, max_image_bytes=cfg.max_image_bytes)
+    except (ValueError, FileNotFoundError) as error:  # InputError, a manifest naming files outside its folder …
+        print(f"[predict] error: {error}", file=sys.stderr)
+        sys.exit(1)
+    try:
+        model, card = load_culture(cfg.adapters, bases=base_overrides(cfg.model))
+    except BaseModelError as error:  # a base the folder names but this machine lacks: the key and the override to give
+        print(f"[predict] error: {error}", file=sys.stderr)
+        sys.exit(1)
+    if cfg.culture and cfg.culture != card["culture"]:
+        raise ValueError(f"{cfg.adapters} is the {card['culture']} export, not {cfg.culture}")
+    if cfg.k is not None:
+        if card.get("kind") != "retrieval":
+            raise ValueError(f"k={cfg.k} sets how many neighbours vote; {cfg.adapters} scores with its head (not kind=retrieval)")
+        from crossmod.models.retrieval.settings import RetrievalSettings
+
+        model.retrieval = RetrievalSettings.of({"k": cfg.k, "weighting": model.retrieval.weighting})
+    if cfg.ocr:
+        from crossmod.data.ocr import CaptionReader, ocr_engine
+
+        reader = CaptionReader(ocr_engine(cfg.ocr, cfg.ocr_langs), Path(cfg.ocr_cache).expanduser() if cfg.ocr_cache else None)
+        read = read_captions(inputs, reader)
+        cached = f" ({reader.hits} from the cache {cfg.ocr_cache})" if cfg.ocr_cache else ""
+        print(f"[predict] {read} captions read off their images with {cfg.ocr}{cached}")
+    try:
+        allowed = check_inputs(inputs, model.preprocessor.needs, frozenset(cfg.allow_missing))
+    except ValueError as error:
+        print(f"[predict] error: {error}", file=sys.stderr)
+        sys.exit(1)
+    for name, ids in allowed.items():
+        print(f"[predict] warning: {len(ids)} memes scored without {name} (allow_missing)")
+    trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
+    rows = score(trainer, model, inputs, cfg.batch_size, cfg.threshold, cfg.num_workers)
+    if not trainer.is_global_zero:
+        return
+    path = write_predictions(rows, Path(cfg.out))
+    print(f"[predict] {inputs.read} inputs read = {len(rows)} memes scored + {len(inputs.skipped)} skipped, for {card['culture']} → {path}")
+    skipped = path.with_name(f"{path.name}.skipped.jsonl")
+    skipped.unlink(missing_ok=True)  # never leave an earlier run's list beside these predictions
+    if inputs.skipped:
+        skipped.write_text("".join(json.dumps(vars(s), ensure_ascii=False) + "\n" for s in inputs.skipped), encoding="utf-8")
+        for entry in inputs.skipped[:20]:
+            print(f"  skipped {entry.input}: {entry.reason}")
+        print(f"  all {len(inputs.skipped)} skipped inputs: {skipped}")
+
+
+if __name__ == "__main__":
+    main()

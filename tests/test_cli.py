@@ -1,0 +1,115 @@
+"""`crossmod <job> [overrides]`: one command for every job, the configs to choose from (`ls`) and one's own copy of
+one (`cp`); the help answers without loading torch, and an installed wheel trains, exports and predicts from an empty
+folder outside any checkout."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crossmod import cli
+from scripts.wheelhouse import build_own_wheel
+from tests.conftest import ROOT, SMALL_DATA, offline_pip_env, scaled
+
+CROSSMOD = [sys.executable, "-m", "crossmod"]
+
+
+def _crossmod(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 120) -> str:
+    done = subprocess.run([*CROSSMOD, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=scaled(timeout))
+    assert done.returncode == 0, f"crossmod {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    return done.stdout
+
+
+def test_help_lists_every_job_and_loads_no_library():
+    probe = "import sys; from crossmod.cli import main; main(['--help']); main(['ls']); print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'hydra', 'omegaconf', 'lightning', 'transformers')))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=scaled(60), check=True)
+    assert done.stdout.rstrip().endswith("[]"), done.stdout[-500:]  # `crossmod --help` and `ls` import the standard library only
+    for name in cli.JOBS:
+        assert f"  {name} " in done.stdout, f"crossmod --help does not list {name}"
+    assert "experiments: " in done.stdout and " qwen_lora_cv " in done.stdout
+
+
+def test_every_job_is_a_module_with_a_main():
+    for name, job in cli.JOBS.items():
+        spec = importlib.util.find_spec(job.module)
+        assert spec and spec.origin and "def main(" in Path(spec.origin).read_text(), f"crossmod {name}: {job.module} has no main"
+
+
+@pytest.mark.parametrize("job", ["train", "cv", "evaluate", "predict", "cv-report", "consolidate", "prepare"])
+def test_a_job_answers_its_own_help(job):
+    text = _crossmod(job, "--help")
+    assert f"crossmod {job}" in text or "== Configuration groups ==" in text, text[:500]
+
+
+def test_an_unknown_job_names_the_jobs():
+    done = subprocess.run([*CROSSMOD, "trian"], capture_output=True, text=True, timeout=scaled(60))
+    assert done.returncode != 0 and "no job 'trian'" in done.stderr and "  train " in done.stderr
+
+
+def test_ls_lists_every_shipped_experiment():
+    listed = _crossmod("ls", "experiments").split(": ", 1)[1].split()
+    assert listed == sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
+
+
+def test_cp_starts_an_experiment_of_ones_own_that_the_jobs_compose(tmp_path):
+    mine = tmp_path / "configs" / "experiment" / "mine.yaml"
+    _crossmod("cp", "experiment/synthetic_concat", str(mine))
+    mine.write_text(mine.read_text().replace("name: synthetic_concat", "name: mine") + "\nseed: 77\n")
+    composed = _crossmod("train", "--config-dir", str(tmp_path / "configs"), "experiment=mine", "--cfg", "job")
+    assert "name: mine" in composed and "seed: 77" in composed
+    # never over an existing file, and only configs crossmod ships (a path out of the package is not a config)
+    for args in (
+        ["experiment/synthetic_concat", str(mine)],
+        ["../../setup", str(tmp_path / "x.yaml")],
+        ["experiment/../../cli", str(tmp_path / "y.yaml")],
+    ):
+        done = subprocess.run([*CROSSMOD, "cp", *args], capture_output=True, text=True, timeout=scaled(60))
+        assert done.returncode != 0 and "crossmod cp:" in done.stderr, args
+    assert "seed: 77" in mine.read_text() and not (tmp_path / "x.yaml").exists() and not (tmp_path / "y.yaml").exists()
+
+
+def _test_scores(path: Path, head: str, column: str) -> dict[str, float]:
+    return {r["id"]: float(r[column]) for r in csv.DictReader(open(path)) if r.get("head", head) == head}
+
+
+def test_an_installed_wheel_trains_exports_and_predicts_from_an_empty_folder(tmp_path):
+    """What a user of `pip install crossmod` gets: the command, the configs inside the package, and data, caches and runs
+    in the working directory; the installed package is left as installed."""
+    site, work = tmp_path / "site", tmp_path / "work"
+    wheel = build_own_wheel(tmp_path / "wheel")
+    install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(site), str(wheel)]
+    subprocess.run(install, env=offline_pip_env(), check=True, capture_output=True, timeout=scaled(300))
+    installed = sorted(p.relative_to(site) for p in site.rglob("*"))
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "WANDB_MODE": "offline", "CROSSMOD_RUN_ID": "w"}
+    env.pop("CROSSMOD_ROOT", None)
+    command = site / "bin" / "crossmod"
+    where = subprocess.run(
+        [sys.executable, "-c", "import crossmod; print(crossmod.__file__)"], cwd=work, env=env, capture_output=True, text=True, check=True
+    )
+    assert where.stdout.startswith(str(site)), where.stdout  # the wheel's crossmod, not the checkout's
+
+    def run(*args: str) -> None:
+        done = subprocess.run([str(command), *args], cwd=work, env=env, capture_output=True, text=True, timeout=scaled(900))
+        assert done.returncode == 0, f"crossmod {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+
+    run("train", *SMALL_DATA, "debug=limit")
+    run_dir = work / "checkpoints" / "synthetic_concat" / "runs" / "w"
+    assert (run_dir / "metrics.json").is_file() and (work / "data").is_dir()
+    run("export", f"run={run_dir}", "culture=US", "out=export")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    shards = next((work / "data").rglob(f"{manifest['dataset']}-{manifest['fingerprint']}"))
+    run("predict", "adapters=export/US", f"inputs={shards}", "out=us.csv")
+    predicted = _test_scores(work / "us.csv", "US", "US_probability")
+    tested = _test_scores(run_dir / "predictions" / "test.csv", "US", "probability")
+    assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
+    assert sorted(p.relative_to(site) for p in site.rglob("*") if "__pycache__" not in p.parts) == [
+        p for p in installed if "__pycache__" not in p.parts
+    ]  # nothing written into the installed package
