@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
 RECIPES = sorted((ROOT / "configs" / "experiment").glob("*.yaml"))
-PROGRAMS = ("python", "sbatch", "make", "wandb", "sudo", "aws", "pip", "apt-get", "bash")
+PROGRAMS = ("python", "crossmod", "sbatch", "make", "wandb", "sudo", "aws", "pip", "apt-get", "bash")
 STARTS_WITH_PROGRAM = re.compile(rf"({'|'.join(map(re.escape, PROGRAMS))})(\s|$)")
 PLACEHOLDER_PATH = "/placeholder/path"
 # a group placeholder (`data=<dataset>`, `experiment=<name>`, `data=…`) gets an option that needs nothing else
@@ -33,7 +33,9 @@ class Command:
 
     @property
     def program(self) -> str:
-        """`train.py`, `-m crossmod.training.cv_report`, `sbatch`, `make` …: what the command starts."""
+        """`train.py`, `-m crossmod.training.cv_report`, `crossmod train`, `sbatch`, `make` …: what the command starts."""
+        if self.argv[0] == "crossmod":
+            return " ".join(self.argv[:2])
         if self.argv[0] == "python":
             return " ".join(self.argv[1:3]) if self.argv[1] == "-m" else self.argv[1]
         return self.argv[0]

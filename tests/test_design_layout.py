@@ -7,6 +7,8 @@ import re
 from tests.conftest import ROOT
 
 PACKAGES = (
+    "src/crossmod",
+    "src/crossmod/recipes",
     "src/crossmod/data",
     "src/crossmod/data/sources",
     "src/crossmod/models",

@@ -38,6 +38,12 @@ HYDRA_PROGRAMS = {
     "export.py": "export",
     "predict.py": "predict",
 }
+# `crossmod <job>`: the same jobs through the installed command (src/crossmod/cli.py)
+HYDRA_PROGRAMS |= {f"crossmod {job}": HYDRA_PROGRAMS[program] for job, program in {
+    "train": "train.py", "cv": "cross_validate.py", "zeroshot": "zeroshot.py", "fewshot": "-m crossmod.training.fewshot",
+    "memebridge": "-m crossmod.training.memebridge", "evaluate": "evaluate.py", "export": "export.py", "predict": "predict.py",
+}.items()}  # fmt: skip
+CROSSMOD_TOOLS = {"crossmod", "crossmod --help", "crossmod ls", "crossmod cp"}
 # programs that run a model (a real VLM there needs a GPU); export and the reports only read files
 RUNS_A_MODEL = {
     "train.py",
@@ -48,7 +54,11 @@ RUNS_A_MODEL = {
     "evaluate.py",
     "predict.py",
 }
-ARGPARSE_PROGRAMS = re.compile(r"^(prepare\.py|scripts/\w+\.py|bench/\w+\.py|-m crossmod\.(training|data)\.\w+)$")
+RUNS_A_MODEL |= {f"crossmod {job}" for job in ("train", "cv", "zeroshot", "fewshot", "memebridge", "evaluate", "predict")}
+ARGPARSE_PROGRAMS = re.compile(
+    r"^(prepare\.py|scripts/\w+\.py|bench/\w+\.py|-m crossmod\.(training|data)\.\w+"
+    r"|crossmod (prepare|cv-report|seed-report|zeroshot-report|consolidate|retrieval-db|wandb-offline|synthetic))$"
+)
 EXTERNAL = {"aws", "apt-get", "sudo"}  # third-party tools; `sudo slurm/local_cluster.sh` is checked below
 BATCH_OPTIONS = re.compile(r"--(nodes|gpus-per-node|ntasks-per-node|array)=(\d+)")
 
@@ -61,6 +71,8 @@ def kind_of(command: Command) -> str:
     program = command.program
     if program in HYDRA_PROGRAMS:
         return "hydra"
+    if program in CROSSMOD_TOOLS:
+        return "crossmod"
     if program == "sbatch":
         return "sbatch"
     if program in ("make", "pip", "wandb", "bash") or program in EXTERNAL:
@@ -136,6 +148,8 @@ def test_batch_command_starts_a_composable_job(command: Command, tmp_path):
 @functools.cache
 def help_text(program: str) -> str:
     argv = [sys.executable, *program.split()]
+    if program.startswith("crossmod "):
+        argv = [sys.executable, "-m", *program.split()]
     done = run_python([*argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, f"{program} --help failed:\n{done.stderr[-2000:]}"
     return done.stdout
@@ -151,6 +165,19 @@ def test_program_accepts_the_documented_flags(command: Command):
         text = help_text(program)
         for flag in (a.split("=")[0] for a in command.argv[2:] if a.startswith("--")):
             assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", text), f"{command}\n  {program} has no {flag}"
+
+
+@pytest.mark.parametrize("command", by_kind("crossmod"), ids=ids(by_kind("crossmod")))
+def test_crossmod_command_runs_as_written(command: Command, tmp_path):
+    """`crossmod --help`, `crossmod ls …`, `crossmod cp <config> <file>` run (in an empty folder); a bare `crossmod cp`
+    in prose names the subcommand."""
+    args = command.argv[1:]
+    if args == ["cp"]:
+        return
+    done = run_python([sys.executable, "-m", "crossmod", *args], cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120))
+    assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+    if args[:1] == ["cp"]:
+        assert (tmp_path / args[2]).is_file()
 
 
 def test_make_targets_and_pip_extras_exist():
