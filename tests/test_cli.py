@@ -75,6 +75,17 @@ def test_cp_starts_an_experiment_of_ones_own_that_the_jobs_compose(tmp_path):
     assert "seed: 77" in mine.read_text() and not (tmp_path / "x.yaml").exists() and not (tmp_path / "y.yaml").exists()
 
 
+def test_a_job_that_starts_its_own_processes_starts_the_job(data_dir, tmp_path):
+    """Lightning's DDP ranks rerun `python -m <main module> <argv>`: through `crossmod train` that is the train job with
+    the same overrides (two processes on CPU, gloo), not the command-line dispatcher without the job's name."""
+    command = [*CROSSMOD, "train", f"paths.data_dir={data_dir}", f"paths.log_dir={tmp_path}", *SMALL_DATA, "debug=limit", "trainer=ddp_cpu"]
+    env = {**os.environ, "CROSSMOD_RUN_ID": "ddp", "WANDB_MODE": "offline"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(900))
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    metrics = json.loads((tmp_path / "synthetic_concat" / "runs" / "ddp" / "metrics.json").read_text())
+    assert metrics["environment"]["world_size"] == 2, metrics.get("environment")
+
+
 def _test_scores(path: Path, head: str, column: str) -> dict[str, float]:
     return {r["id"]: float(r[column]) for r in csv.DictReader(open(path)) if r.get("head", head) == head}
 

@@ -4,4 +4,5 @@ import sys
 
 from crossmod.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a spawned process imports the parent's main module as __mp_main__
+    sys.exit(main())

@@ -38,6 +38,9 @@ JOBS: dict[str, Job] = {
     "synthetic": Job("crossmod.data.synthetic", "the synthetic memes' measured rule"),
 }
 
+# jobs with a command line of their own (argparse) rather than Hydra overrides
+ARGPARSE_JOBS = {"prepare", "cv-report", "seed-report", "zeroshot-report", "consolidate", "retrieval-db", "wandb-offline", "synthetic"}
+
 # `crossmod ls` groups, by the name a user asks for and the config folder that holds them
 GROUPS = {
     "experiments": "experiment",
@@ -99,9 +102,18 @@ def copy_config(name: str, destination: str) -> Path:
 
 
 def run_job(name: str, args: list[str]) -> object:
-    """Import the chosen job only now and run its main with the remaining arguments as its command line."""
-    sys.argv = [f"crossmod {name}", *args]
-    return importlib.import_module(JOBS[name].module).main()
+    """Import the chosen job only now and run its main with the remaining arguments as its command line.
+
+    A Hydra job runs as if started with `python -m <its module>`: the processes it starts for itself (Lightning's DDP
+    ranks, which rerun `python -m <__main__'s module> <argv>`; spawned workers, which import `__main__` by its module
+    name) then start the job itself, not the command line's dispatcher, which would miss the job's name."""
+    module = importlib.import_module(JOBS[name].module)
+    if name in ARGPARSE_JOBS:
+        sys.argv = [f"crossmod {name}", *args]  # argparse names the program from argv[0]
+    else:
+        sys.modules["__main__"].__spec__ = module.__spec__
+        sys.argv = [str(module.__file__), *args]
+    return module.main()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 
 from crossmod.data.memes import MemeDataModule
 from crossmod.data.shards import read_manifest
-from prepare import compose_data, data_configs, main
+from crossmod.recipes.prepare import compose_data, data_configs, main
 from tests.conftest import ROOT, scaled
 from tests.data.sources import layouts
 
