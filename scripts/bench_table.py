@@ -30,6 +30,7 @@ ORDER = (
     "vision_cache",
     "vlm_flops",
     "memory_plan",
+    "cli_startup",
 )
 TITLES = {
     "training_overhead": "Training overhead",
@@ -42,6 +43,7 @@ TITLES = {
     "vision_cache": "Vision feature cache",
     "vlm_flops": "VLM FLOPs (counted)",
     "memory_plan": "Memory plan (computed)",
+    "cli_startup": "Command start-up",
 }
 
 
