@@ -69,7 +69,8 @@ def usage() -> str:
         "       crossmod cp <group>/<name> <file> a shipped config as the start of one's own\n\n"
         f"jobs:\n{jobs}\n\n"
         "A folder of one's own configs joins the shipped ones: crossmod train --config-dir <folder> experiment=<name>\n"
-        "(<folder>/experiment/<name>.yaml). Data, caches and runs go under the working directory (or $CROSSMOD_ROOT)."
+        "(<folder>/experiment/<name>.yaml). Data, caches and runs go under the working directory (a checkout's root when\n"
+        "crossmod is installed from one), or $CROSSMOD_ROOT."
     )
 
 
