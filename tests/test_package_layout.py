@@ -6,6 +6,7 @@ from __future__ import annotations
 import zipfile
 
 from scripts.wheelhouse import build_own_wheel
+from tests.conftest import ROOT
 
 
 def test_the_wheel_installs_crossmod_and_nothing_else_at_top_level(tmp_path):
@@ -16,3 +17,12 @@ def test_the_wheel_installs_crossmod_and_nothing_else_at_top_level(tmp_path):
     # the configs every job composes ship inside, so an installed crossmod composes them outside a checkout
     assert {"crossmod/configs/train.yaml", "crossmod/configs/experiment/qwen_lora_cv.yaml", "crossmod/configs/model/vlm.yaml"} <= set(names)
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
+    # every module of the source tree is in the wheel (a folder without __init__.py is no package to setuptools' find)
+    source = {str(p.relative_to(ROOT / "src")) for p in (ROOT / "src" / "crossmod").rglob("*.py") if "__pycache__" not in p.parts}
+    assert source - set(names) == set(), sorted(source - set(names))
+
+
+def test_every_folder_of_code_is_a_package():
+    """An implicit namespace package inside crossmod is left out of the wheel by setuptools' find; each has an __init__."""
+    folders = {p.parent for p in (ROOT / "src" / "crossmod").rglob("*.py")}
+    assert [str(f) for f in folders if not (f / "__init__.py").is_file()] == []
