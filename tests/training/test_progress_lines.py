@@ -13,7 +13,7 @@ from crossmod.training.callbacks.progress import LineProgress, console_progress
 from tests.conftest import SMALL_DATA, scaled
 
 LINE = re.compile(
-    r"\[training\.callbacks\.progress\]\[INFO\] - (?P<label>train epoch \d+/\d+|validation epoch \d+/\d+|validation|test): "
+    r"\[crossmod\.training\.callbacks\.progress\]\[INFO\] - (?P<label>train epoch \d+/\d+|validation epoch \d+/\d+|validation|test): "
     r"(?P<step>\d+)/(?P<total>\d+) \(\d+%\), [\d.]+ (?:it/s|s/it), (?P<when>ETA \d+:\d\d:\d\d, elapsed \d+:\d\d:\d\d|done in \d+:\d\d:\d\d)"
 )
 # A Rich bar: ANSI control sequences, carriage-return redraws, or its frame as written to a file
