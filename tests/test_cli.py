@@ -73,6 +73,12 @@ def test_cp_starts_an_experiment_of_ones_own_that_the_jobs_compose(tmp_path):
         done = subprocess.run([*CROSSMOD, "cp", *args], capture_output=True, text=True, timeout=scaled(60))
         assert done.returncode != 0 and "crossmod cp:" in done.stderr, args
     assert "seed: 77" in mine.read_text() and not (tmp_path / "x.yaml").exists() and not (tmp_path / "y.yaml").exists()
+    planted = tmp_path / "link.yaml"
+    planted.symlink_to(tmp_path / "elsewhere.yaml")  # dangling: exists() is False, yet a copy would follow it
+    done = subprocess.run(
+        [*CROSSMOD, "cp", "experiment/synthetic_concat", str(planted)], capture_output=True, text=True, timeout=scaled(60)
+    )
+    assert done.returncode != 0 and "crossmod cp:" in done.stderr and not (tmp_path / "elsewhere.yaml").exists()
 
 
 def test_a_job_that_starts_its_own_processes_starts_the_job(data_dir, tmp_path):

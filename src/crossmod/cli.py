@@ -95,7 +95,7 @@ def copy_config(name: str, destination: str) -> Path:
     target = Path(destination)
     if target.is_dir():
         target = target / source.name
-    if target.exists():
+    if target.exists() or target.is_symlink():  # a dangling link would send the copy wherever it points
         raise SystemExit(f"crossmod cp: {target} exists; choose another name or remove it first")
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
