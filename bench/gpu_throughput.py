@@ -139,7 +139,7 @@ def lora_module(config: Any, attn_implementation: str, weights_dtype: Any):
     from crossmod.data.heads import parse_heads
     from crossmod.models.heads import HeadLayers, masked_loss
     from crossmod.models.sharding import tell_transformers, zero3_config
-    from crossmod.models.vlm.classifier import last_token_index, model_inputs
+    from crossmod.models.vlm.classifier import adapter_autocast, last_token_index, model_inputs
     from crossmod.models.vlm.families import family_named
 
     heads = parse_heads(HEADS)
@@ -148,9 +148,9 @@ def lora_module(config: Any, attn_implementation: str, weights_dtype: Any):
         def __init__(self) -> None:
             super().__init__()
             self.model = None
-            self.head_layers = HeadLayers(config.get_text_config().hidden_size, heads)
 
         def configure_model(self) -> None:
+            """Built as MemeClassifier.configure_model builds: inside the strategy's init context, heads included."""
             if self.model is not None:
                 return
             deepspeed = zero3_config(self.trainer.strategy)
@@ -159,7 +159,9 @@ def lora_module(config: Any, attn_implementation: str, weights_dtype: Any):
             model = AutoModelForImageTextToText.from_config(config, dtype=weights_dtype, attn_implementation=attn_implementation)
             model.requires_grad_(False)
             targets = family_named("qwen2_vl").targets("qv")
-            self.model = get_peft_model(model, LoraConfig(target_modules=targets, bias="none", **LORA))
+            lora = LoraConfig(target_modules=targets, bias="none", **LORA)
+            self.model = get_peft_model(model, lora, autocast_adapter_dtype=adapter_autocast())
+            self.head_layers = HeadLayers(config.get_text_config().hidden_size, heads)
 
         def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
             hidden = self.model.get_base_model().model(**model_inputs(batch)).last_hidden_state

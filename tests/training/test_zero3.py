@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -211,3 +212,47 @@ def test_evaluate_under_zero3_scores_what_one_process_does(mode, request, data_d
                 assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-5), (a["id"], key)
             else:
                 assert a[key] == b[key], (a["id"], key)
+
+
+BF16_STEPS = ("trainer.max_epochs=1", "+trainer.limit_train_batches=3", "+trainer.limit_val_batches=2", "test=false")
+
+
+def test_bf16_lora_trains_under_zero3(tmp_path, data_dir, tiny_qwen):
+    """`trainer.precision=bf16-mixed` with a bf16 base under ZeRO-3, as `trainer=gpu` runs it: the LoRA layers are
+    partitioned as they are built, in bf16, and must stay so. PEFT's default upcast of adapter weights to fp32 reached
+    only the empty placeholders, and the run broke: on an H200 in DeepSpeed's optimizer (partitions of mixed dtypes),
+    on CPU in the first forward (a LoRA weight gathered empty)."""
+    from tests.conftest import TrainRun
+
+    train_run = TrainRun(data_dir, tmp_path / "runs")
+    train_run(
+        *ZERO3,
+        f"model.name_or_path={tiny_qwen}",
+        "trainer.precision=bf16-mixed",
+        "model.fusion.dtype=bfloat16",
+        *BF16_STEPS,
+        env={"CROSSMOD_RUN_ID": "bf16"},
+    )
+    _assert_trained_three_steps(train_run.log_dir / "synthetic_vlm" / "runs" / "bf16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("strategy", ["ddp", "deepspeed_zero3"])
+def test_lora_trains_on_one_gpu(strategy, tmp_path, data_dir, tiny_qwen):
+    """The GPU path a user runs (`trainer=gpu`: bf16-mixed, bf16 base, SDPA or flash attention) under DDP and ZeRO-3."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from tests.conftest import TrainRun
+
+    plain = [o for o in ZERO3 if o not in ("strategy=deepspeed_zero3", "trainer=ddp_cpu")]
+    train_run = TrainRun(data_dir, tmp_path / "runs")
+    train_run(
+        *plain, "trainer=gpu", f"strategy={strategy}", f"model.name_or_path={tiny_qwen}", *BF16_STEPS, env={"CROSSMOD_RUN_ID": strategy}
+    )
+    _assert_trained_three_steps(train_run.log_dir / "synthetic_vlm" / "runs" / strategy)
+
+
+def _assert_trained_three_steps(run: Path) -> None:
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["global_step"] == 3
+    assert math.isfinite(metrics["best"]["val"]["all"]["loss"])

@@ -82,6 +82,19 @@ def resolve_dtype(dtype: str) -> torch.dtype:
     return getattr(torch, dtype)
 
 
+def adapter_autocast() -> bool:
+    """Whether PEFT may keep the adapter's weights in fp32 beside a bf16 base: not under ZeRO-3.
+
+    There the layers PEFT adds are partitioned as they are built, in the engine's dtype; PEFT's upcast then reaches
+    only the empty placeholders, and DeepSpeed's optimizer refuses partitions of mixed dtypes (an AssertionError in
+    `defragment`, seen on an H200 under bf16). DeepSpeed keeps an fp32 master copy of every trained weight itself, so
+    the optimizer still steps in fp32.
+    """
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return not is_deepspeed_zero3_enabled()
+
+
 def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position of each row's last real token, for left or right padding alike."""
     positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
@@ -162,7 +175,7 @@ class VLMClassifier(nn.Module):
             config = LoraConfig(
                 target_modules=self.family.targets(target_modules, vision_lora), modules_to_save=to_save, bias="none", **lora
             )
-            model = get_peft_model(model, config)
+            model = get_peft_model(model, config, autocast_adapter_dtype=adapter_autocast())
             if gradient_checkpointing:
                 # Transformers' checkpointing and PEFT both make the input embeddings' outputs require grad; in
                 # Transformers 5 that hooks the vision tower's patch embedding too, so a frozen tower would keep
