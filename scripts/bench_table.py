@@ -48,7 +48,7 @@ TITLES = {
 
 
 # Records in bench/results/ that are not benchmark rounds: the GPU proof's figures and wheelhouse reports.
-OTHER_RECORDS = ("gpu_proof.json", "wheelhouse_*.json")
+OTHER_RECORDS = ("gpu_proof*.json", "wheelhouse_*.json")
 
 
 def is_other_record(path: Path) -> bool:

@@ -12,7 +12,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 import crossmod.training.resolvers  # noqa: F401  (registers ${is_bf16:} …)
 from crossmod.data.even_batches import FILLER, EvenBatches
-from crossmod.training.strategies import DeepSpeedStrategy
+from crossmod.training.strategies import DeepSpeedStrategy, place_unpartitioned_state
 from tests.conftest import ROOT, scaled
 
 DEEPSPEED = ("deepspeed_zero2", "deepspeed_zero3", "deepspeed_zero3_offload")
@@ -113,3 +113,20 @@ def test_submitit_launcher_config_follows_the_trainer():
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.nodes, launcher.tasks_per_node) == (3, 2)  # one SLURM task per trainer process
     assert launcher.additional_parameters.signal == "USR1@90"  # the signal crossmod's requeue handles
+
+
+def test_zero3_places_metric_states_and_buffers_but_not_parameters():
+    """ZeRO-3 leaves everything but its partitions where it was made; the strategy moves metric states and buffers to
+    the rank's device (the meta device stands in for a GPU here) and leaves parameters to DeepSpeed."""
+    import torch
+    from torch import nn
+    from torchmetrics import MeanMetric
+
+    module = nn.Module()
+    module.losses = nn.ModuleDict({"val": MeanMetric()})
+    module.layer = nn.Linear(2, 2)
+    module.layer.register_buffer("scale", torch.ones(2))
+    place_unpartitioned_state(module, torch.device("meta"))
+    assert module.losses["val"].mean_value.device.type == "meta"
+    assert module.layer.scale.device.type == "meta"
+    assert module.layer.weight.device.type == "cpu"

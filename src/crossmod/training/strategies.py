@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 from lightning.fabric.utilities.seed import reset_seed
+from torch import nn
+from torchmetrics import Metric
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies import DeepSpeedStrategy as LightningDeepSpeedStrategy
@@ -49,6 +51,11 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
             return
         super().setup_distributed()
 
+    def setup(self, trainer: Any) -> None:
+        super().setup(trainer)
+        if self.zero_stage_3:
+            place_unpartitioned_state(self.lightning_module, self.root_device)
+
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """Checkpoints written with `exclude_frozen_parameters` lack the frozen base by design: loading
         them must not demand it (the base comes from its own folder when the model is built)."""
@@ -60,6 +67,21 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
             return super().load_checkpoint(checkpoint_path, weights_only)
         finally:
             module.strict_loading = strict
+
+
+def place_unpartitioned_state(module: nn.Module, device: torch.device) -> None:
+    """Move the module's metric states and buffers to `device`, leaving its parameters alone.
+
+    Under ZeRO-3 the engine places the parameters it partitioned and Lightning moves nothing else (a whole-module move
+    would touch the partitions), so state made outside `deepspeed.zero.Init` stayed on the CPU: on an H200 the loss
+    metric then met a GPU loss ("Encountered different devices in metric calculation").
+    """
+    for submodule in module.modules():
+        if isinstance(submodule, Metric):
+            submodule.to(device)  # its states are neither parameters nor buffers
+        for name, buffer in submodule._buffers.items():
+            if buffer is not None and buffer.device != device:
+                submodule._buffers[name] = buffer.to(device)
 
 
 DDP_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "strategy" / "ddp.yaml"
