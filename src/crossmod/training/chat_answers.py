@@ -1,5 +1,5 @@
-"""Greedy answers to rendered chats with meme images, through Lightning's predict loop: what few-shot and
-MemeBridge prompting run (zero-shot, which also reads the option letters' logits, runs `zeroshot.GreedyAnswers`).
+"""Greedy answers through Lightning's predict loop: the one generation wrapper zero-shot, few-shot and MemeBridge
+prompting run (zero-shot batches carry their option letters, and get P(hate) from the first generated step too).
 
 The `trainer=` group decides where, as for training: device, precision, processes, and ZeRO-3 for a model larger
 than one device (built straight into partitions; ranks given equal chat counts and generating with synced steps,
@@ -19,6 +19,7 @@ from torch import nn
 
 from crossmod.models.sharding import is_zero3, tell_transformers, zero3_config
 from crossmod.models.vlm.cached_vision import CachedVision
+from crossmod.models.vlm.classifier import model_inputs
 from crossmod.models.vlm.preprocess import image_key, meme_image, pixel_settings
 from crossmod.training.scoring import predict_in_order
 
@@ -59,8 +60,9 @@ def answer_lengths(generated: torch.Tensor, eos_token_id: int | list[int] | None
     return torch.where(ended.any(1), ended.int().argmax(1) + 1, generated.shape[1])
 
 
-class GreedyChatAnswers(L.LightningModule):
-    """The model's greedy answer to each chat of the batch, and how many tokens it took.
+class GreedyAnswers(L.LightningModule):
+    """The model's greedy answer to each prompt of the batch, how many tokens it took, and (when the batch carries
+    `option_ids`, the two option letters' token ids) P(hate) from the first generated step's logits of those letters.
 
     `model`: a module with `configure_model` (built by Lightning inside the strategy's init context) and `generator`
     the Transformers model that generates, taken from it once built."""
@@ -91,27 +93,34 @@ class GreedyChatAnswers(L.LightningModule):
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         generator = self.generator(self.model)
-        inputs = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and k != "index"}
+        inputs = model_inputs({k: v for k, v in batch.items() if k != "index"})
         cache = self.vision_cache(self.model) if self.vision_cache is not None else None
         if cache is not None:
             inputs = cache.inputs(generator.model, inputs, batch.get("image_keys"))
-        sequences = generator.generate(
+        scored = "option_ids" in batch
+        out = generator.generate(
             **inputs,
             max_new_tokens=self.max_new_tokens,
             do_sample=False,
+            output_scores=scored,
+            return_dict_in_generate=True,
             pad_token_id=self.tokenizer.pad_token_id,
             synced_gpus=is_zero3(self.trainer.strategy),  # sharded forwards are collectives: ranks step until all are done
         )
-        generated = sequences[:, inputs["input_ids"].shape[1] :]
-        return {
+        generated = out.sequences[:, inputs["input_ids"].shape[1] :]
+        answer = {
             "index": batch["index"],
             "generation": self.tokenizer.batch_decode(generated, skip_special_tokens=True),
             "tokens": answer_lengths(generated, generator.generation_config.eos_token_id),
         }
+        if scored:
+            options = out.scores[0].float().log_softmax(-1).gather(1, batch["option_ids"])
+            answer["p_hate"] = torch.softmax(options, dim=1)[:, 0]
+        return answer
 
 
 def answer_chats(
-    trainer: L.Trainer, module: GreedyChatAnswers, items: list[dict[str, Any]], batches: ChatBatches, batch_size: int, num_workers: int = 0
+    trainer: L.Trainer, module: GreedyAnswers, items: list[dict[str, Any]], batches: ChatBatches, batch_size: int, num_workers: int = 0
 ) -> list[dict[str, Any]]:
     """`{"generation", "tokens"}` for every item, in item order, on every rank (each item answered once)."""
     rows = predict_in_order(trainer, module, items, batch_size, batches, num_workers)

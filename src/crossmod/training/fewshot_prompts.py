@@ -24,7 +24,7 @@ from crossmod.models.vlm.classifier import resolve_attn_implementation, resolve_
 from crossmod.models.vlm.families import family_for
 from crossmod.models.vlm.preprocess import render_chat
 from crossmod.models.vlm.vision_cache import VisionFeatureStore
-from crossmod.training.chat_answers import ChatBatches, GreedyChatAnswers, answer_chats
+from crossmod.training.chat_answers import ChatBatches, GreedyAnswers, answer_chats
 
 
 def stage_label(record: Mapping[str, Any], stage: int) -> int | None:
@@ -131,7 +131,7 @@ class FewShotGenerator:
             cache = CachedVision(VisionFeatureStore.open(vision_cache_dir, name_or_path, self.family.name, resolve_dtype(dtype)))
         elif vision_cache is True:
             raise ValueError("model.fusion.vision_cache=true needs model.fusion.vision_cache_dir")
-        self.module = GreedyChatAnswers(
+        self.module = GreedyAnswers(
             PretrainedVLM(name_or_path, dtype, attn_implementation),
             lambda vlm: vlm.model,
             self.processor.tokenizer,

@@ -43,7 +43,7 @@ from crossmod.evaluation.memebridge import (
 from crossmod.models.sentence_embedder import SentenceEmbedder
 from crossmod.models.vlm.families import model_type
 from crossmod.models.vlm.preprocess import render_chat
-from crossmod.training.chat_answers import ChatBatches, GreedyChatAnswers, answer_chats
+from crossmod.training.chat_answers import ChatBatches, GreedyAnswers, answer_chats
 from crossmod.training.console import configure_console
 from crossmod.training.memebridge_prompts import MemeBridgePrompts
 from crossmod.training.preflight import prompting
@@ -91,7 +91,7 @@ def answer_all(trainer: L.Trainer, model: Any, records: list[dict[str, Any]], as
                 f"the chat template of {preprocessor.source!r} ({preprocessor.family.name}) wrote no image placeholder {placeholder!r}: "
                 f"the image would not reach the model. Rendered: {chats[0][:300]!r}"
             )
-        module = GreedyChatAnswers(
+        module = GreedyAnswers(
             model,
             lambda built: built.backbone._base(),
             preprocessor.processor.tokenizer,

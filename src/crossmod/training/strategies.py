@@ -13,13 +13,13 @@ from typing import Any
 
 import torch
 from lightning.fabric.utilities.seed import reset_seed
-from torch import nn
-from torchmetrics import Metric
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies import DeepSpeedStrategy as LightningDeepSpeedStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from omegaconf import DictConfig, OmegaConf, open_dict
+from torch import nn
+from torchmetrics import Metric
 
 
 class DeepSpeedStrategy(LightningDeepSpeedStrategy):

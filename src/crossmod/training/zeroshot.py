@@ -21,56 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from crossmod.data.shards import read_samples
 from crossmod.evaluation.zeroshot_stats import accuracy_table, auroc_table, markdown, summarise
-from crossmod.models.sharding import is_zero3
 from crossmod.models.vlm.families import model_type
-from crossmod.training.chat_answers import answer_lengths
+from crossmod.training.chat_answers import GreedyAnswers
 from crossmod.training.console import configure_console
 from crossmod.training.scoring import predict_in_order, scoring_trainer
-
-
-class GreedyAnswers(L.LightningModule):
-    """The VLM's greedy answer to its preprocessor's prompt, and P(hate) from the first generated step's logits of
-    the two option letters: what Lightning's predict loop runs for zero-shot answers."""
-
-    def __init__(self, model: Any, max_new_tokens: int) -> None:
-        super().__init__()
-        self.model, self.max_new_tokens = model, max_new_tokens
-
-    def configure_model(self) -> None:
-        """The VLM is built here, inside the strategy's init context: under ZeRO-3 straight into partitions (a 72B
-        model never whole on one rank); a model built already stays as it is."""
-        self.model.configure_model()
-
-    def teardown(self, stage: str) -> None:
-        self.model.teardown(stage)  # the vision cache's line
-
-    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
-        tokenizer = self.model.preprocessor.processor.tokenizer
-        inputs = self.model.backbone.inputs_for({k: v for k, v in batch.items() if k != "index"})  # cached image features when on
-        out = self.model.backbone._base().generate(
-            **inputs,
-            max_new_tokens=self.max_new_tokens,
-            do_sample=False,
-            output_scores=True,
-            return_dict_in_generate=True,
-            pad_token_id=tokenizer.pad_token_id,
-            synced_gpus=is_zero3(self.trainer.strategy),  # sharded forwards are collectives: ranks step until all are done
-        )
-        options = out.scores[0].float().log_softmax(-1).gather(1, batch["option_ids"])
-        generated = out.sequences[:, inputs["input_ids"].shape[1] :]
-        texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
-        return {
-            "index": batch["index"],
-            "p_hate": torch.softmax(options, dim=1)[:, 0],
-            "generation": texts,
-            "tokens": answer_lengths(generated, self.model.backbone._base().generation_config.eos_token_id),
-        }
 
 
 def answer_all(
@@ -92,7 +51,15 @@ def answer_all(
         )
     preprocessor.prompt = replace(preprocessor.prompt, index=prompt_index)
     preprocessor._option_ids.clear()
-    answers = predict_in_order(trainer, GreedyAnswers(model, max_new_tokens), records, batch_size, preprocessor, num_workers)
+    tokenizer = preprocessor.processor.tokenizer
+    module = GreedyAnswers(
+        model,
+        lambda built: built.backbone._base(),
+        tokenizer,
+        max_new_tokens,
+        vision_cache=lambda built: getattr(built.backbone, "vision_cache", None),
+    )
+    answers = predict_in_order(trainer, module, records, batch_size, preprocessor, num_workers)
     rows = []
     for record, answer in zip(records, answers):
         options = preprocessor.prompt.options(record["lang"])  # letters, hate letter and label words of this prompt
