@@ -166,11 +166,8 @@ def run_model(
         fix = f"consolidate the checkpoint again (python -m crossmod.training.consolidate <checkpoint dir> {path})"
         state = zero_state_dict(path) if path.is_dir() else load_weights(path, fix)
         _restore_when_built(model, state, sharded)
-    elif path.is_file() and sharded:
-        model, state = MemeClassifier.unbuilt_from_checkpoint(path)
-        _restore_when_built(model, state, sharded)
     elif path.is_file():
-        model = MemeClassifier.load_from_checkpoint(path, map_location="cpu", **changed)
+        model = checkpoint_model(path, sharded, changed)
     else:
         raise FileNotFoundError(f"{path} does not exist (checkpoint={checkpoint} of run {run_dir})")
     return model.eval(), {"config": config, "metrics": metrics, "checkpoint": str(path)}
@@ -190,6 +187,16 @@ def _given_bases(config: dict[str, Any], run_dir: Path, bases: Mapping[str, str 
             f"{run_dir}: its base model.{key}={value} is not on this machine. Give this machine's copy: {command} model.{key}=<local copy>"
         )
     return {key: value for key, value in model_cfg.items() if before.get(key) != value}
+
+
+def checkpoint_model(path: Path, sharded: bool = False, changed: Mapping[str, Any] | None = None) -> MemeClassifier:
+    """A Lightning .ckpt's classifier, in eval mode: built and loaded now, or (`sharded`) read now and left for
+    Lightning to build in ZeRO-3 partitions, its weights going in then. `changed`: hyperparameters to load it with."""
+    if sharded:
+        model, state = MemeClassifier.unbuilt_from_checkpoint(path)
+        _restore_when_built(model, state, sharded)
+        return model.eval()
+    return MemeClassifier.load_from_checkpoint(path, map_location="cpu", **(changed or {})).eval()
 
 
 def _restore_when_built(model: MemeClassifier, state: dict[str, torch.Tensor], sharded: bool) -> None:

@@ -27,13 +27,10 @@ def model_loaders(ckpt: Path, sharded: bool = False, bases: Mapping[str, str | N
     weights read now and put in then; an exported culture is loaded whole and partitioned when DeepSpeed starts.
     `bases`: `model.<key>=<local copy>` overrides for a base this machine holds elsewhere than the run or export names."""
     command = f"python evaluate.py ckpt={ckpt}"
-    from crossmod.models.module import MemeClassifier
-    from crossmod.training.artifacts import load_culture
+    from crossmod.training.artifacts import checkpoint_model, load_culture
 
     if ckpt.is_file():
-        if sharded:
-            return [(ckpt.stem, lambda: _restored_when_built(*MemeClassifier.unbuilt_from_checkpoint(ckpt)))]
-        return [(ckpt.stem, lambda: MemeClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval())]
+        return [(ckpt.stem, lambda: checkpoint_model(ckpt, sharded))]
     if (ckpt / "culture_card.json").is_file():
         return [(ckpt.name, lambda: load_culture(ckpt, bases, command)[0])]
     if (ckpt / "metrics.json").is_file():
@@ -57,13 +54,6 @@ def _run_model(run: Path, sharded: bool, bases: Mapping[str, str | None] | None 
 
         model.retrieval_bank = run_training_bank(run, info["config"], model)
     return model
-
-
-def _restored_when_built(model: Any, state: dict[str, Any]) -> Any:
-    from crossmod.training.consolidate import restore_weights
-
-    model.after_build = lambda built: restore_weights(built, state)
-    return model.eval()
 
 
 class Loaded:
