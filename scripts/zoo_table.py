@@ -6,7 +6,7 @@ Each family runs `train.py <its overrides>` (same data, seed and epochs) in its 
 test mean AUROC of each best checkpoint, the parameters it trained, its wall time (only indicative when other
 jobs share the machine) and the ceiling of what it sees (the best any function of its view scores on the
 val split: src/crossmod/data/synthetic.py) go to `docs/model_zoo.json`, and the table between the `zoo-table`
-markers in README.md and docs/synthetic.md is regenerated from that file.
+markers in docs/models.md and docs/synthetic.md is regenerated from that file.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ FAMILIES: dict[str, tuple[list[str], str]] = {
     "vlm_head_smolvlm": (["experiment=synthetic_vlm", TINY_VLM.format(kind="smolvlm")], "fusion"),
 }
 RESULTS = ROOT / "docs" / "model_zoo.json"
-README = ROOT / "README.md"
-TABLE_FILES = (README, ROOT / "docs" / "synthetic.md")  # each holds the table between the markers
+MODELS_PAGE = ROOT / "docs" / "models.md"
+TABLE_FILES = (MODELS_PAGE, ROOT / "docs" / "synthetic.md")  # each holds the table between the markers
 START, END = "<!-- zoo-table:start -->", "<!-- zoo-table:end -->"
 
 
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument(
-        "--readme-only", action="store_true", help="re-render the tables (README, docs/synthetic.md) from docs/model_zoo.json"
+        "--readme-only", action="store_true", help="re-render the tables (docs/models.md, docs/synthetic.md) from docs/model_zoo.json"
     )
     args = parser.parse_args()
     if not args.readme_only:

@@ -1,4 +1,4 @@
-"""The README's model-family table is generated from the measured `docs/model_zoo.json`, and the measured
+"""The model-family table (docs/models.md, docs/synthetic.md) is generated from the measured `docs/model_zoo.json`, and the measured
 numbers show what the families are for: fusion beats both unimodal models, early/CLIP fusion ≥ late, every
 family stays at or below the ceiling of what it sees (+ the stated tolerance), VLMs learn the rule, and a VLM
 without one modality falls to the other's ceiling. The stored ceilings are the generator's current ones."""

@@ -2,7 +2,7 @@
 (InternVL: InternViT tower, projector, Qwen2 language model; Gemma 3: SigLIP tower, pooled projector;
 Idefics3: SigLIP tower, pixel-shuffle connector, Llama language model; Qwen3-VL and Qwen2.5-VL): sharded build, LoRA initialised on gathered weights, and a gathered, non-empty
 adapter that PEFT loads back onto the base to give the run's own validation scores. LLaVA-OneVision is
-known to fail under ZeRO-3 with the installed Transformers (README "Vision-language models"); a test
+known to fail under ZeRO-3 with the installed Transformers (docs/models.md, "Vision-language models"); a test
 says so, and fails once it works."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_the_gathered_adapter_loads_with_peft_to_the_runs_scores(zero3_family):
 def test_llava_onevision_under_zero3_trains_through_the_vision_cache_and_fails_without(data_dir, tmp_path):
     """Its vision tower returns no hidden states when it runs inside a ZeRO-3 training forward (Transformers' output
     capturing), so the feature layer cannot be selected; encoded on its own under no_grad, as the vision cache
-    encodes, it does. When the second run passes, the limitation is gone: update the README."""
+    encodes, it does. When the second run passes, the limitation is gone: update docs/models.md."""
     folder = tiny_vlm(str(data_dir / "assets" / "tiny-llava_onevision-synthetic"), "llava_onevision")
     runs = TrainRun(data_dir, tmp_path / "runs")
     cached = runs(*ZERO3, f"model.name_or_path={folder}", f"model.fusion.vision_cache_dir={tmp_path / 'cache'}", *ONE_EPOCH)
