@@ -102,7 +102,9 @@ class TesseractOcr:
         except ImportError as error:
             raise ImportError(f"ocr=tesseract needs the pytesseract package ({error}); pip install pytesseract") from None
         if shutil.which("tesseract") is None:
-            raise FileNotFoundError("ocr=tesseract needs the tesseract program: apt-get install tesseract-ocr (docs/inference.md, "Evaluate, export, predict")")
+            raise FileNotFoundError(
+                "ocr=tesseract needs the tesseract program: apt-get install tesseract-ocr (docs/inference.md, 'Evaluate, export, predict')"
+            )
         self.langs = tuple(langs)
         unknown = [lang for lang in self.langs if lang not in TESSERACT_LANGS]
         if unknown:
