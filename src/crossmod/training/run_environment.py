@@ -34,7 +34,14 @@ def versions() -> dict[str, str]:
 
 
 def cpu() -> str:
-    """The CPU model (its vector units choose the kernels), as the kernel reports it."""
+    """The CPU model as the kernel reports it, with the vector capability PyTorch chose its kernels for
+    (`AMD EPYC (AVX512)`): two machines of one model name can differ there, and then in their numbers."""
+    import torch
+
+    return f"{_cpu_model()} ({torch.backends.cpu.get_cpu_capability()})"
+
+
+def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
