@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-TAIL_LINES = 15
+TAIL_LINES = 80  # a failing test's traceback runs through a training subprocess: 15 lines showed only its last frame
 STACK = ("torch", "transformers", "lightning", "peft", "timm", "deepspeed", "flash-attn", "hydra-core", "webdataset", "crossmod")
 
 
@@ -95,7 +95,7 @@ def sections(cpu_smoke: bool, work: Path, throughput_strategies: str | None = No
         },
         {
             "name": "throughput_2b",
-            "limit_s": 170,
+            "limit_s": 240,  # three strategies: 170 s ran out before the third on an H200
             "command": [python, f"{bench}/gpu_throughput.py", *smoke, "--out", str(work / "throughput_2b.json")]
             + ["--strategies", throughput_strategies or ("ddp,hf_trainer" if cpu_smoke else "ddp,deepspeed_zero3,hf_trainer")]
             + ([] if cpu_smoke else ["--config", "qwen2-vl-2b", "--devices", "1", "--steps", "20", "--warmup", "3", "--repeats", "2"]),

@@ -12,7 +12,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 import crossmod.training.resolvers  # noqa: F401  (registers ${is_bf16:} …)
 from crossmod.data.even_batches import FILLER, EvenBatches
-from crossmod.training.strategies import DeepSpeedStrategy, place_unpartitioned_state
+from crossmod.training.strategies import DeepSpeedStrategy, _kept_whole_by_zero3, place_unpartitioned_state
 from tests.conftest import ROOT, scaled
 
 DEEPSPEED = ("deepspeed_zero2", "deepspeed_zero3", "deepspeed_zero3_offload")
@@ -130,3 +130,25 @@ def test_zero3_places_metric_states_and_buffers_but_not_parameters():
     assert module.losses["val"].mean_value.device.type == "meta"
     assert module.layer.scale.device.type == "meta"
     assert module.layer.weight.device.type == "cpu"
+
+
+def test_zero3_brings_back_the_parameters_it_keeps_whole_after_a_teardown():
+    """Lightning's teardown moves the module to the CPU between fit and validate; ZeRO-3's persistent parameters (kept
+    gathered, never fetched again) must come back to the device, its partitions' placeholders must not be touched."""
+    import torch
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+    from torch import nn
+
+    module = nn.Module()
+    module.norm = nn.Linear(2, 2)
+    module.big = nn.Linear(2, 2)
+    for parameter in module.norm.parameters():  # persistent: gathered at engine start and kept so
+        parameter.ds_id, parameter.ds_status = 1, ZeroParamStatus.AVAILABLE
+    for parameter in module.big.parameters():  # partitioned: an empty placeholder until the next fetch
+        parameter.ds_id, parameter.ds_status = 2, ZeroParamStatus.NOT_AVAILABLE
+        parameter.data = torch.empty(0)
+    module.register_parameter("plain", nn.Parameter(torch.ones(2)))  # not (yet) converted by DeepSpeed: the engine's
+    # The meta device cannot take a parameter's data in place (`.data =` needs the same tensor type), so the choice is
+    # checked here and the move itself on a GPU (tests/training/test_zero3.py::test_lora_trains_on_one_gpu).
+    chosen = [name for name, parameter in module.named_parameters() if _kept_whole_by_zero3(parameter)]
+    assert chosen == ["norm.weight", "norm.bias"]

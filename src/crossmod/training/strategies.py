@@ -70,11 +70,14 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
 
 
 def place_unpartitioned_state(module: nn.Module, device: torch.device) -> None:
-    """Move the module's metric states and buffers to `device`, leaving its parameters alone.
+    """Move what ZeRO-3 does not partition to `device`: metric states, buffers, and the parameters it keeps whole.
 
     Under ZeRO-3 the engine places the parameters it partitioned and Lightning moves nothing else (a whole-module move
     would touch the partitions), so state made outside `deepspeed.zero.Init` stayed on the CPU: on an H200 the loss
-    metric then met a GPU loss ("Encountered different devices in metric calculation").
+    metric then met a GPU loss ("Encountered different devices in metric calculation"). And Lightning's teardown after
+    each stage moves the module to the CPU, which carries off the parameters ZeRO-3 keeps gathered on every rank (those
+    under `stage3_param_persistence_threshold`: norms, biases, LoRA, a small model's embeddings); the engine of the next
+    stage (validate or test after fit) never gathers them again, so on an H200 its first forward met a CPU embedding.
     """
     for submodule in module.modules():
         if isinstance(submodule, Metric):
@@ -82,6 +85,16 @@ def place_unpartitioned_state(module: nn.Module, device: torch.device) -> None:
         for name, buffer in submodule._buffers.items():
             if buffer is not None and buffer.device != device:
                 submodule._buffers[name] = buffer.to(device)
+    for parameter in module.parameters():
+        if _kept_whole_by_zero3(parameter) and parameter.data.device != device:
+            parameter.data = parameter.data.to(device)
+
+
+def _kept_whole_by_zero3(parameter: nn.Parameter) -> bool:
+    """A ZeRO-3 parameter whose full value is held on every rank now (persistent, or gathered), not a partition."""
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    return hasattr(parameter, "ds_id") and parameter.ds_status == ZeroParamStatus.AVAILABLE and parameter.data.numel() > 0
 
 
 DDP_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "strategy" / "ddp.yaml"
