@@ -8,8 +8,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import crossmod.training.resolvers  # noqa: F401  (registers lr_for_weights)
-from crossmod.training.resolvers import lr_for_weights
+import crossmod.lib.resolvers  # noqa: F401  (registers lr_for_weights)
+from crossmod.lib.resolvers import lr_for_weights
 from tests.conftest import ROOT
 
 TINY = {"visual_bert": 5e-4}  # families whose random tiny models learn better below 2e-3

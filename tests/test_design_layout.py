@@ -16,8 +16,8 @@ PACKAGES = (
     "src/crossmod/models/vlm",
     "src/crossmod/models/tiny",
     "src/crossmod/evaluation",
-    "src/crossmod/training",
-    "src/crossmod/training/callbacks",
+    "src/crossmod/lib",
+    "src/crossmod/lib/callbacks",
 )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from crossmod.training.user_errors import UserError, missing_keys, require
+from crossmod.lib.user_errors import UserError, missing_keys, require
 from tests.conftest import ROOT, scaled
 from tests.data.sources import layouts
 
@@ -85,9 +85,7 @@ def test_an_out_of_range_fold_is_named(tmp_path):
 @pytest.mark.parametrize("program", ["train.py", "cross_validate.py"])
 def test_a_refused_recipe_names_its_program_and_leaves_no_run_directory(tmp_path, program):
     result = _run(tmp_path, program, "experiment=toxictags_fewshot")
-    _refused(
-        result, tmp_path, "experiment=toxictags_fewshot", "run it with `python -m crossmod.training.fewshot experiment=toxictags_fewshot"
-    )
+    _refused(result, tmp_path, "experiment=toxictags_fewshot", "run it with `python -m crossmod.lib.fewshot experiment=toxictags_fewshot")
 
 
 def test_a_sweep_job_refused_after_hydra_made_its_folders_removes_them(tmp_path):
@@ -102,7 +100,7 @@ def test_hydra_full_error_shows_the_traceback_and_still_leaves_nothing(tmp_path)
 
 
 @pytest.mark.parametrize(
-    ("module", "other"), [("crossmod.training.fewshot", "memebridge_prompting"), ("crossmod.training.memebridge", "toxictags_fewshot")]
+    ("module", "other"), [("crossmod.lib.fewshot", "memebridge_prompting"), ("crossmod.lib.memebridge", "toxictags_fewshot")]
 )
 def test_a_prompting_module_refuses_the_other_protocols_recipe(tmp_path, module, other):
     result = _run(tmp_path, module, f"experiment={other}")
@@ -194,8 +192,8 @@ def test_a_refusal_wrapped_by_hydras_instantiate_is_one_line(capsys, monkeypatch
     UntrustedConfigError) is the user's input refused: one line, exit 1, no traceback."""
     from hydra.errors import InstantiationException
 
+    from crossmod.lib.user_errors import entry_point
     from crossmod.models.trusted_targets import UntrustedConfigError
-    from crossmod.training.user_errors import entry_point
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
 

@@ -27,6 +27,11 @@ def test_every_command_in_the_table_exists_and_is_runnable():
             assert _runnable(ROOT / "src" / (words[2].replace(".", "/") + ".py")), f"README names {command!r}: no such runnable module"
         elif words[0] == "python":
             assert _runnable(ROOT / words[1]), f"README names {command!r}: no such runnable script"
+        elif words[0] == "crossmod":  # the installed command: a job it knows, whose module runs
+            from crossmod.cli import JOBS
+
+            assert words[1] in JOBS, f"README names {command!r}: crossmod has no job {words[1]!r}"
+            assert _runnable(ROOT / "src" / (JOBS[words[1]].module.replace(".", "/") + ".py")), f"README names {command!r}"
         else:
             assert words[0] == "make" and f"\n{words[1]}:" in (ROOT / "Makefile").read_text(), f"README names {command!r}"
 

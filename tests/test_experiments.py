@@ -60,7 +60,7 @@ EXPERIMENTS = {
 
 
 # prompting protocols with their own entry point (tests/training/test_fewshot_run.py, test_memebridge_prompting.py)
-PROMPTING = {"toxictags_fewshot": "crossmod.training.fewshot", "memebridge_prompting": "crossmod.training.memebridge"}
+PROMPTING = {"toxictags_fewshot": "crossmod.lib.fewshot", "memebridge_prompting": "crossmod.lib.memebridge"}
 
 
 def experiment_names() -> list[str]:
@@ -93,7 +93,7 @@ def tiny_clip(data_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_qwen(data_dir: Path) -> str:
-    from crossmod.training.resolvers import tiny_vlm
+    from crossmod.lib.resolvers import tiny_vlm
 
     return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
 
@@ -139,7 +139,7 @@ def test_seeds_multirun_and_its_report(tmp_path):
 
     from hydra import compose, initialize_config_dir
 
-    from crossmod.training.seed_report import summarise
+    from crossmod.lib.seed_report import summarise
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=["multirun=seeds"], return_hydra_config=True)

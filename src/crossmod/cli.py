@@ -27,19 +27,19 @@ JOBS: dict[str, Job] = {
     "predict": Job("crossmod.recipes.predict", "score new memes with an exported culture folder (adapters=… inputs=…)"),
     "prepare": Job("crossmod.recipes.prepare", "convert a raw dataset to WebDataset shards (<dataset> --raw-dir … --out …)"),
     "zeroshot": Job("crossmod.recipes.zeroshot", "answer memes zero-shot with a VLM and the study's prompts"),
-    "fewshot": Job("crossmod.training.fewshot", "few-shot VLM prompting with retrieved exemplars (ToxicTags)"),
-    "memebridge": Job("crossmod.training.memebridge", "MemeBridge's prompting protocol"),
-    "cv-report": Job("crossmod.training.cv_report", "re-report cross-validation folds (<folder of fold runs>)"),
-    "seed-report": Job("crossmod.training.seed_report", "mean ± std over seeds (<multirun dir>)"),
-    "zeroshot-report": Job("crossmod.training.zeroshot_report", "zero-shot runs of several VLMs side by side"),
-    "consolidate": Job("crossmod.training.consolidate", "a sharded DeepSpeed checkpoint as one file"),
-    "retrieval-db": Job("crossmod.training.retrieval_db", "add labelled memes to a retrieval culture adapter"),
-    "wandb-offline": Job("crossmod.training.wandb_offline", "read an offline W&B run (no sync)"),
+    "fewshot": Job("crossmod.lib.fewshot", "few-shot VLM prompting with retrieved exemplars (ToxicTags)"),
+    "memebridge": Job("crossmod.lib.memebridge", "MemeBridge's prompting protocol"),
+    "cv-report": Job("crossmod.recipes.cv_report", "re-report cross-validation folds (runs=<folder of fold runs>)"),
+    "seed-report": Job("crossmod.recipes.seed_report", "mean ± std over seeds (runs=<multirun folder>)"),
+    "zeroshot-report": Job("crossmod.recipes.zeroshot_report", "zero-shot runs of several VLMs side by side (runs=[…])"),
+    "consolidate": Job("crossmod.recipes.consolidate", "a sharded DeepSpeed checkpoint as one file (checkpoint=… output=…)"),
+    "retrieval-db": Job("crossmod.recipes.retrieval_db", "add labelled memes to a retrieval culture adapter (adapter=… shards=…)"),
+    "wandb-offline": Job("crossmod.recipes.wandb_offline", "read an offline W&B run, no sync (run=…)"),
     "synthetic": Job("crossmod.data.synthetic", "the synthetic memes' measured rule"),
 }
 
 # jobs with a command line of their own (argparse) rather than Hydra overrides
-ARGPARSE_JOBS = {"prepare", "cv-report", "seed-report", "zeroshot-report", "consolidate", "retrieval-db", "wandb-offline", "synthetic"}
+ARGPARSE_JOBS = {"prepare", "synthetic"}
 
 # `crossmod ls` groups, by the name a user asks for and the config folder that holds them
 GROUPS = {
@@ -55,7 +55,7 @@ GROUPS = {
 
 
 def configs_dir() -> Path:
-    """The Hydra tree shipped inside the package (the same folder crossmod.training.resolvers.package_configs names)."""
+    """The Hydra tree shipped inside the package (the same folder crossmod.lib.resolvers.package_configs names)."""
     return Path(__file__).resolve().parent / "configs"
 
 

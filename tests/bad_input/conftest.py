@@ -35,9 +35,10 @@ def leaky_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def exported_culture(leaky_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run's US culture as export.py writes it."""
-    from crossmod.training.artifacts import export_culture, run_model
+    from crossmod.lib.artifacts import export_culture
+    from crossmod.lib.loading import load
 
-    model, info = run_model(leaky_run)
+    model, info = load(leaky_run)
     return export_culture(model, info, leaky_run, "US", tmp_path_factory.mktemp("export") / "US")
 
 

@@ -19,9 +19,9 @@ import pytest
 import torch
 import yaml
 
+from crossmod.lib.loading import load
 from crossmod.models.module import MemeClassifier
 from crossmod.models.trusted_targets import UntrustedConfigError
-from crossmod.training.artifacts import load_culture, run_model
 from tests.conftest import ROOT, scaled
 from tests.data.sources import layouts
 from tests.zygote import run_python
@@ -116,7 +116,7 @@ def test_culture_folder_configs_may_name_only_crossmod_parts(culture_copy, tmp_p
     marker = tmp_path / "marker"
     _tamper_json(culture_copy / "model_config.json", lambda cfg: cfg.update({place: node(marker)}))
     with pytest.raises(UntrustedConfigError, match="model_config.json: refused at") as error:
-        load_culture(culture_copy)
+        load(culture_copy)
     assert refused in str(error.value) and not marker.exists()
 
 
@@ -124,16 +124,17 @@ def test_culture_card_heads_and_the_model_root_are_checked_too(culture_copy, tmp
     marker = tmp_path / "marker"
     _tamper_json(culture_copy / "culture_card.json", lambda card: card["heads"]["US"].update(spec=exec_payload(marker)))
     with pytest.raises(UntrustedConfigError, match=r"culture_card.json: refused at US.spec._target_: _target_ 'builtins.exec'"):
-        load_culture(culture_copy)
+        load(culture_copy)
     _tamper_json(culture_copy / "culture_card.json", lambda card: card["heads"]["US"].pop("spec"))
     _tamper_json(culture_copy / "model_config.json", lambda cfg: cfg.update(_target_="builtins.exec"))
     with pytest.raises(UntrustedConfigError, match=r"model_config.json: refused _target_ 'builtins.exec' at the top"):
-        load_culture(culture_copy)
+        load(culture_copy)
     assert not marker.exists()
 
 
 def test_an_untouched_export_still_loads(exported_culture):
-    model, card = load_culture(exported_culture)
+    model, info = load(exported_culture)
+    card = info["card"]
     assert card["culture"] == "US" and list(model.heads) == ["US"]
 
 
@@ -183,7 +184,7 @@ def test_checkpoints_may_not_name_other_code_or_another_instantiator(leaky_run, 
         MemeClassifier.load_from_checkpoint(evil, map_location="cpu")
     instantiator = _tampered_checkpoint(leaky_run, tmp_path / "instantiator.ckpt", _instantiator="lightning.pytorch.cli.instantiate_module")
     with pytest.raises(UntrustedConfigError, match=r"instantiator.ckpt \[hyper_parameters\]: refused at _instantiator"):
-        run_model(leaky_run, str(instantiator))
+        load(leaky_run, str(instantiator))
     assert not marker.exists()
 
 
@@ -198,7 +199,7 @@ def test_a_run_config_is_checked_before_weights_only_checkpoints_rebuild_from_it
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     (run / "weights.safetensors").write_bytes(b"")
     with pytest.raises(UntrustedConfigError, match=r"run/config.yaml: refused at image._target_: _target_ 'builtins.exec'"):
-        run_model(run, str(run / "weights.safetensors"))
+        load(run / "weights.safetensors")  # a weights-only file inside a run: rebuilt from the run's config
     assert not marker.exists()
 
 

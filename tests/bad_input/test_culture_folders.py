@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.training.artifacts import load_culture
+from crossmod.lib.loading import load
 
 STOLEN = "stolen-7c2e91"  # the outside file's distinctive content
 
@@ -39,7 +39,7 @@ def test_a_symlink_out_of_the_folder_is_refused_and_not_followed(name, culture_c
     (culture_copy / name).symlink_to(target)
 
     with pytest.raises(ValueError) as refused:
-        load_culture(culture_copy)
+        load(culture_copy)
 
     message = str(refused.value)
     assert name in message and "outside" in message and str(culture_copy) in message, message
@@ -79,7 +79,7 @@ def test_a_culture_card_of_the_wrong_shape_is_named_with_its_field(case, culture
     _rewrite(culture_copy / "culture_card.json", change)
 
     with pytest.raises(ValueError, match=expected) as refused:
-        load_culture(culture_copy)
+        load(culture_copy)
     assert not isinstance(refused.value, (KeyError, AttributeError, TypeError))
 
 
@@ -87,7 +87,7 @@ def test_a_culture_card_of_the_wrong_shape_is_named_with_its_field(case, culture
 def test_a_model_config_that_is_not_an_object_is_named(content, culture_copy):
     _rewrite(culture_copy / "model_config.json", content if content != 3 else "3")
     with pytest.raises(ValueError, match=r"model_config.json: (not JSON|.*an object)"):
-        load_culture(culture_copy)
+        load(culture_copy)
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "head.safetensors"])
@@ -95,4 +95,4 @@ def test_a_model_config_that_is_not_an_object_is_named(content, culture_copy):
 def test_a_safetensors_header_bomb_is_named(name, length, culture_copy):
     (culture_copy / name).write_bytes(struct.pack("<Q", length) + b'{"__metadata__": {}}')
     with pytest.raises(ValueError, match=rf"{name}: .*header"):
-        load_culture(culture_copy)
+        load(culture_copy)

@@ -3,7 +3,7 @@
 DeepSpeed's own reader (`zero_to_fp32`) unpickles every shard with `weights_only=False`, and follows
 the directory's `latest` tag wherever it points. The attacks: shards that run a payload when
 unpickled (shown live first: the trusting loader does write the marker), handed to
-`python -m crossmod.training.consolidate` and `export.py run=<run>`; a `latest` tag that climbs out of the
+`crossmod consolidate` and `export.py run=<run>`; a `latest` tag that climbs out of the
 checkpoint, and a tag folder or shard that is a symlink out of it. Each must be refused with the
 file named and the fix (consolidate where the checkpoint was made), with no marker and no output.
 An honest checkpoint built the way DeepSpeed writes one (its loss scaler and stage enum included)
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from crossmod.training.consolidate import zero_state_dict
+from crossmod.lib.consolidate import zero_state_dict
 from tests.conftest import ROOT, scaled
 from tests.zygote import run_python
 
@@ -58,7 +58,7 @@ def _live(path: Path, marker: Path) -> None:
 
 def _consolidate(checkpoint: Path, output: Path) -> subprocess.CompletedProcess:
     return run_python(
-        [sys.executable, "-m", "crossmod.training.consolidate", str(checkpoint), str(output)],
+        [sys.executable, "-m", "crossmod.recipes.consolidate", f"checkpoint={checkpoint}", f"output={output}"],
         cwd=ROOT,
         capture_output=True,
         text=True,

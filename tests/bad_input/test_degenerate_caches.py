@@ -18,9 +18,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from crossmod.training.clip_embeddings import cache_file, model_identity, write_cache
-from crossmod.training.fewshot import FewShotRun, build_table
-from crossmod.training.fewshot_prompts import FewShotPrompt
+from crossmod.lib.clip_embeddings import cache_file, model_identity, write_cache
+from crossmod.lib.fewshot import FewShotRun, build_table
+from crossmod.lib.fewshot_prompts import FewShotPrompt
 from tests.conftest import ROOT
 
 DATASET = "toxictags"

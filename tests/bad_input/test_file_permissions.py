@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import torch
 
 from crossmod.data.cache_files import save_weights
-from crossmod.training import artifacts
+from crossmod.lib import artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
 

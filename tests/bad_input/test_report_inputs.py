@@ -1,6 +1,6 @@
 """Reports built from files of someone else's runs write inside their output folder only, and name what is wrong.
 
-`python -m crossmod.training.cv_report <runs>` names its report folders after `fold_result.json`'s `experiment`
+`crossmod cv-report runs=<runs>` names its report folders after `fold_result.json`'s `experiment`
 field: the attacks set it to climb out (`../..`) or to an absolute path, and plant a symlink where the
 default report folder goes. Malformed fold results (not JSON, a field missing or of the wrong type,
 prediction columns of different lengths) must be one error naming the file and the field, raised before
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.training.cv_report import ReportInputError, report
+from crossmod.lib.cv_report import ReportInputError, report
 from tests.conftest import ROOT, scaled
 from tests.zygote import run_python
 
@@ -62,7 +62,7 @@ def write_folds(root: Path, results: list[dict]) -> Path:
 
 
 def cv_report(root: Path, out: Path | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "crossmod.training.cv_report", str(root), *(["--out", str(out)] if out else [])]
+    command = [sys.executable, "-m", "crossmod.recipes.cv_report", f"runs={root}", *([f"out={out}"] if out else [])]
     return run_python(command, cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
 
 

@@ -24,7 +24,7 @@ def planted(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "command", [["-m", "crossmod.training.cv_report", "--help"], [str(ROOT / "train.py"), "--help"]], ids=["-m", "script"]
+    "command", [["-m", "crossmod.recipes.cv_report", "--help"], [str(ROOT / "train.py"), "--help"]], ids=["-m", "script"]
 )
 def test_a_tool_run_from_a_folder_of_planted_packages_runs_none_of_them(planted, command):
     done = subprocess.run([sys.executable, *command], cwd=planted, capture_output=True, text=True, timeout=scaled(300))

@@ -34,7 +34,7 @@ def test_building_a_tiny_model_prints_nothing_from_the_libraries(tmp_path):
 
     from tests.conftest import ROOT, scaled
 
-    code = f"import crossmod.training.resolvers as r; r.tiny_text_encoder({str(tmp_path / 'bert')!r}); import sys; print('deepspeed' in sys.modules)"
+    code = f"import crossmod.lib.resolvers as r; r.tiny_text_encoder({str(tmp_path / 'bert')!r}); import sys; print('deepspeed' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
     assert done.returncode == 0, done.stderr[-3000:]
     output = done.stdout + done.stderr

@@ -11,7 +11,7 @@ import pytest
 from sklearn.metrics import accuracy_score, f1_score
 
 from crossmod.evaluation.culture_transfer import answers_by_fold
-from crossmod.training.transfer_report import read_zeroshot_answers
+from crossmod.lib.transfer_report import read_zeroshot_answers
 from tests.conftest import SMALL_DATA
 
 DROPPED = ("~data.heads.MX", "~data.heads.IN", "~data.heads.CN")

@@ -10,9 +10,9 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from crossmod.data.shards import fingerprint, read_samples
+from crossmod.lib.cv_report import report
+from crossmod.lib.scoring import score, single_device_trainer
 from crossmod.models.module import MemeClassifier
-from crossmod.training.cv_report import report
-from crossmod.training.scoring import score, single_device_trainer
 from tests.conftest import SMALL_DATA
 
 HEADS = ("US", "DE", "MX", "IN", "CN")

@@ -4,7 +4,7 @@ evaluate the export → cv_report, on each data config's fixture in its release'
 Each dataset trains one fold run of the text family (it reads every dataset; its sentence embedding is what a
 retrieval export stores) as `train.py` is run, then every later job runs on what the one before wrote: the exports as
 `export.py` builds them (its functions, in this process), `predict.py` and `evaluate.py` as commands, the report as
-`python -m crossmod.training.cv_report` computes it. A cell either works (and its numbers are the run's) or is refused by name;
+`crossmod cv-report` computes it. A cell either works (and its numbers are the run's) or is refused by name;
 the expected table is written out below, so a job that starts failing for one dataset fails here.
 """
 
@@ -70,8 +70,9 @@ def _run_dir(log_dir: Path) -> Path:
 
 def _cells(name: str, root: Path, data_dir: Path, shards: Path) -> tuple[dict[str, str], dict]:
     """Every job on one dataset: {job: "works" or the refusal}, and what the checks below need."""
-    from crossmod.training.artifacts import export_culture, run_model
-    from crossmod.training.cv_report import report
+    from crossmod.lib.artifacts import export_culture
+    from crossmod.lib.cv_report import report
+    from crossmod.lib.loading import load
 
     fixture, culture = FIXTURES[name]
     data = [f"data={name}", *fixture(root, shards)]
@@ -80,7 +81,7 @@ def _cells(name: str, root: Path, data_dir: Path, shards: Path) -> tuple[dict[st
     trained = runner(*data, *TRAIN, check=False, timeout=600)
     cells["train"] = "works" if trained.returncode == 0 else f"refused: {trained.stderr[-300:]}"
     run = _run_dir(runner.log_dir)
-    model, info = run_model(run)
+    model, info = load(run)
     for kind in ("head", "retrieval"):
         try:
             export_culture(model, info, run, culture, root / kind / culture, kind=kind)

@@ -17,7 +17,7 @@ from crossmod.data.memes import MemeDataModule
 from crossmod.data.shards import read_samples
 from crossmod.data.sources.mhc import MHCSource
 from crossmod.evaluation.task_metrics import performance_score, subset_rule_accuracy, toxictags_stages
-from crossmod.training.scored_splits import run_facts, scored_splits
+from crossmod.lib.scored_splits import run_facts, scored_splits
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.data.sources import layouts
 from tests.fixtures.small import small_synthetic

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from crossmod.training.artifacts import export_culture, load_culture, run_model
-from crossmod.training.bases import BaseModelError
-from crossmod.training.resolvers import tiny_vlm
+from crossmod.lib.artifacts import export_culture
+from crossmod.lib.bases import BaseModelError
+from crossmod.lib.loading import load
+from crossmod.lib.resolvers import tiny_vlm
 from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.data.sources import layouts
 from tests.zygote import run_python
@@ -82,13 +83,13 @@ def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_
     assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
 
     # A base too large to ship is named only: loading asks for model.name_or_path, and takes it.
-    model, info = run_model(run)
+    model, info = load(run)
     named = export_culture(model, info, run, "DE", tmp_path / "named" / "DE", ship_base_mb=0)
     assert json.loads((named / "model_config.json").read_text())["local_bases"] and not (named / "base").exists()
     with pytest.raises(BaseModelError, match=r"name_or_path names 'tiny-qwen2-vl-synthetic'.* model.name_or_path=<local copy>"):
-        load_culture(named)
-    given, _ = load_culture(named, bases={"name_or_path": tiny})
-    shipped, _ = load_culture(folder)
+        load(named)
+    given, _ = load(named, bases={"name_or_path": tiny})
+    shipped, _ = load(folder)
     assert given.hparams.name_or_path == given.hparams.fusion["name_or_path"] == tiny
     for (key, value), (_, other) in zip(given.state_dict().items(), shipped.state_dict().items(), strict=True):
         torch.testing.assert_close(value, other, msg=key)
@@ -123,11 +124,11 @@ def test_pickle_weights_are_refused(tmp_path):
     (tmp_path / "culture_card.json").write_text("{}")
     (tmp_path / "adapter_model.bin").write_bytes(b"\x80\x04pickle")
     with pytest.raises(ValueError, match="pickle files \\['adapter_model.bin'\\]: crossmod loads safetensors only"):
-        load_culture(tmp_path)
+        load(tmp_path)
 
 
 def test_predict_reads_a_jsonl_of_memes_and_names_bad_lines(tmp_path):
-    from crossmod.training.predicting import read_inputs
+    from crossmod.lib.predicting import read_inputs
 
     (tmp_path / "m.png").write_bytes(layouts.image_bytes(3, "PNG"))
     (tmp_path / "memes.jsonl").write_text('{"id": 1, "text": "hi", "image": "m.png"}\n\n{"id": 2, "text": "no image"}\n')

@@ -10,9 +10,9 @@ import pytest
 from sklearn.metrics import f1_score
 
 from crossmod.evaluation.fewshot_scores import parse_stage_answer, stage_scores
-from crossmod.training.clip_embeddings import cached_embeddings, read_cache
-from crossmod.training.exemplars import heldout_split, random_exemplars, search_alpha, tag_similarity
-from crossmod.training.fewshot_retrieval import MemeTable, read_tags_file, strategies_asked
+from crossmod.lib.clip_embeddings import cached_embeddings, read_cache
+from crossmod.lib.exemplars import heldout_split, random_exemplars, search_alpha, tag_similarity
+from crossmod.lib.fewshot_retrieval import MemeTable, read_tags_file, strategies_asked
 
 TAGS = ["cat", "dog", "war", "vote"]
 TAG_VECTORS = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])  # unit vectors

@@ -1,4 +1,4 @@
-"""`python -m crossmod.training.fewshot experiment=toxictags_fewshot …` end to end on a ToxicTags fixture in the real layout
+"""`python -m crossmod.lib.fewshot experiment=toxictags_fewshot …` end to end on a ToxicTags fixture in the real layout
 (toxictags.jsonl + images/ written here), with a tiny random Qwen2-VL and the tiny CLIP; then the α search
 with a stand-in model, to see which memes it asks. Random models: the scores mean nothing, the protocol does."""
 
@@ -52,8 +52,8 @@ def write_toxictags(root: Path, train: int = 15, test: int = 5) -> dict[str, dic
 @pytest.fixture(scope="module")
 def tiny_models(data_dir: Path) -> tuple[str, str]:
     from crossmod.data.synthetic import caption_corpus
+    from crossmod.lib.resolvers import tiny_vlm
     from crossmod.models.tiny.clip import build_tiny_clip
-    from crossmod.training.resolvers import tiny_vlm
 
     clip = build_tiny_clip(data_dir / "assets" / "tiny-clip-synthetic", caption_corpus())
     return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic")), str(clip)
@@ -89,7 +89,7 @@ def test_entry_point_writes_the_side_by_side_report_and_reuses_the_embedding_cac
         command = [
             sys.executable,
             "-m",
-            "crossmod.training.fewshot",
+            "crossmod.lib.fewshot",
             *overrides(raw_dir, qwen, clip, data_dir),
             f"paths.log_dir={logs}",
             *extra,
@@ -167,7 +167,7 @@ class CopyFirstExemplar:
 
 
 def test_alpha_is_chosen_on_held_out_training_memes_only(raw, tiny_models, data_dir, tmp_path, monkeypatch):
-    import crossmod.training.fewshot as fewshot
+    import crossmod.lib.fewshot as fewshot
 
     raw_dir, items = raw
     qwen, clip = tiny_models
@@ -211,7 +211,7 @@ def compose_fewshot(raw_dir: Path, qwen: str, clip: str, data_dir: Path, out: Pa
 
 
 def test_generated_tags_come_from_the_tags_file(raw, tiny_models, data_dir, tmp_path, monkeypatch):
-    import crossmod.training.fewshot as fewshot
+    import crossmod.lib.fewshot as fewshot
 
     raw_dir, items = raw
     monkeypatch.setattr(fewshot, "FewShotGenerator", CopyFirstExemplar)

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from crossmod.training.runs import redact
-from crossmod.training.wandb_offline import read_offline_run
+from crossmod.lib.runs import redact
+from crossmod.lib.wandb_offline import read_offline_run
 from tests.conftest import ROOT, SMALL_DATA
 from tests.zygote import run_python
 
@@ -53,7 +53,7 @@ def test_wandb_offline_run_holds_per_culture_metrics_group_and_media(train_run):
 
     # the documented command prints the same summary
     printed = run_python(
-        [sys.executable, "-m", "crossmod.training.wandb_offline", str(offline[0]), "--part", "summary"],
+        [sys.executable, "-m", "crossmod", "wandb-offline", f"run={offline[0]}", "part=summary"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""`python -m crossmod.training.memebridge -m experiment=memebridge_prompting condition=def,us_rp,cn_rp` with a tiny random
+"""`python -m crossmod.lib.memebridge -m experiment=memebridge_prompting condition=def,us_rp,cn_rp` with a tiny random
 Qwen2-VL on a MemeBridge fixture in the real layout, embeddings from the real MiniLM package. Random models: the
 numbers mean nothing; the protocol (questions, option order, role lines, parsing, similarity, PS) is what is checked."""
 
@@ -19,9 +19,9 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from crossmod.evaluation.memebridge import markdown, parse_emotions, parse_mcq, parse_sentiment
-from crossmod.training.memebridge import load_adapter, questions, score
-from crossmod.training.memebridge_prompts import MemeBridgePrompts
-from crossmod.training.resolvers import tiny_vlm
+from crossmod.lib.memebridge import load_adapter, questions, score
+from crossmod.lib.memebridge_prompts import MemeBridgePrompts
+from crossmod.lib.resolvers import tiny_vlm
 from tests.conftest import ROOT, scaled
 from tests.zygote import run_python
 
@@ -90,11 +90,11 @@ def raw(tmp_path_factory) -> Path:
 
 
 def memebridge(run_id: str, data_dir: Path, log_dir: Path, raw: Path, tiny_qwen: str, *overrides: str) -> subprocess.CompletedProcess:
-    """`python -m crossmod.training.memebridge experiment=memebridge_prompting <overrides>` on the fixture, tiny sizes; must succeed."""
+    """`python -m crossmod.lib.memebridge experiment=memebridge_prompting <overrides>` on the fixture, tiny sizes; must succeed."""
     command = [
         sys.executable,
         "-m",
-        "crossmod.training.memebridge",
+        "crossmod.lib.memebridge",
         *(o for o in overrides if o.startswith("-")),  # Hydra's flags (-m) before the overrides
         "experiment=memebridge_prompting",
         f"paths.data_dir={data_dir}",
@@ -263,8 +263,8 @@ def test_a_lora_adapter_is_scored_the_same_way(runs, tmp_path, data_dir, tiny_qw
     import torch
     from hydra import compose, initialize_config_dir
 
+    from crossmod.lib.memebridge import run
     from crossmod.models.vlm.classifier import VLMClassifier
-    from crossmod.training.memebridge import run
 
     vlm = VLMClassifier(tiny_qwen, {"sentiment": {"kind": "multiclass", "classes": ["negative", "neutral", "positive"]}}, lora={"r": 4})
     torch.manual_seed(0)

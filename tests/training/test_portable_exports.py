@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.training.artifacts import load_culture
-from crossmod.training.bases import BaseModelError, absolute_paths, folder_sha256
-from crossmod.training.resolvers import tiny_text_encoder
+from crossmod.lib.bases import BaseModelError, absolute_paths, folder_sha256
+from crossmod.lib.loading import load
+from crossmod.lib.resolvers import tiny_text_encoder
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.training.test_export_predict import _scores, _shard_dir
 from tests.zygote import run_python
@@ -111,7 +111,7 @@ def test_unshipped_base_names_the_key_and_the_override_gives_it(moved, tmp_path)
     predicted = _scores(tmp_path / "p.csv", "MX", "MX_probability")
     assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
     with pytest.raises(BaseModelError, match=r"model.name_or_path: .* names no base there \(its base keys: model.text.name_or_path\)"):
-        load_culture(moved["named"], bases={"name_or_path": str(moved["base"])})
+        load(moved["named"], bases={"name_or_path": str(moved["base"])})
 
 
 def test_the_card_names_a_local_base_by_its_folder_and_content_never_by_a_guessed_hub_id(moved):
@@ -146,11 +146,19 @@ def test_every_job_takes_the_same_base_override_and_names_its_own_command(moved,
         json.loads((moved["run"] / "metrics.json").read_text())["best"]["test"]["MX"]["auroc"], abs=1e-5
     )
     adapter, shards = tmp_path / "export" / "MX", _shard_dir(moved["run"])
-    add = [sys.executable, "-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test", "--allow-held-out"]
+    add = [
+        sys.executable,
+        "-m",
+        "crossmod.recipes.retrieval_db",
+        f"adapter={adapter}",
+        f"shards={shards}",
+        "splits=[test]",
+        "allow_held_out=true",
+    ]
     failed = run_python(add, cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
     assert (
         failed.returncode == 1
-        and f"python -m crossmod.training.retrieval_db add {adapter} {shards} model.text.name_or_path=<local copy>" in failed.stderr
+        and f"crossmod retrieval-db adapter={adapter} shards={shards} model.text.name_or_path=<local copy>" in failed.stderr
     )
     given = run_python([*add, give], cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=scaled(600))
     assert given.returncode == 0 and " added" in given.stdout, given.stderr[-3000:]
@@ -177,8 +185,8 @@ def test_paths_in_an_exported_folder_stay_inside_it(moved, tmp_path, value, refu
     (folder / "base" / "link").symlink_to(moved["base"], target_is_directory=True)
     _tamper(folder, "name_or_path", value)
     with pytest.raises(BaseModelError, match=refused):
-        load_culture(folder)
-    model, card = load_culture(folder, bases={"text.name_or_path": str(moved["base"])})  # the user's own path is followed
+        load(folder)
+    model, _ = load(folder, bases={"text.name_or_path": str(moved["base"])})  # the user's own path is followed
     assert model.hparams.text["name_or_path"] == model.hparams.preprocessor["tokenizer"] == str(moved["base"])
 
 
@@ -187,7 +195,7 @@ def test_a_shipped_base_whose_files_link_out_is_refused(moved, tmp_path):
     (folder / "base" / "my-bert" / "config.json").unlink()
     (folder / "base" / "my-bert" / "config.json").symlink_to(moved["base"] / "config.json")
     with pytest.raises(BaseModelError, match=r"text.name_or_path='./base/my-bert' leads out of the exported folder"):
-        load_culture(folder)
+        load(folder)
 
 
 def test_a_hub_base_out_of_reach_names_the_override(moved, tmp_path, monkeypatch):
@@ -197,4 +205,4 @@ def test_a_hub_base_out_of_reach_names_the_override(moved, tmp_path, monkeypatch
     folder = Path(shutil.copytree(moved["shipped"], tmp_path / "MX"))
     _tamper(folder, "name_or_path", "crossmod-tests/not-a-model")
     with pytest.raises(BaseModelError, match=r"(?s)cannot load its base model .* model.text.name_or_path=<local copy>"):
-        load_culture(folder)
+        load(folder)

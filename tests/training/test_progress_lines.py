@@ -1,5 +1,5 @@
 """Progress where stdout is not a terminal (a SLURM output file, a pipe): plain log lines with step/total, rate and
-ETA from rank 0 only, no Rich bar; a terminal keeps the Rich bar (src/crossmod/training/callbacks/progress.py)."""
+ETA from rank 0 only, no Rich bar; a terminal keeps the Rich bar (src/crossmod/lib/callbacks/progress.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import re
 import pytest
 from lightning.pytorch.callbacks import RichProgressBar
 
-from crossmod.training.callbacks.progress import LineProgress, console_progress
+from crossmod.lib.callbacks.progress import LineProgress, console_progress
 from tests.conftest import SMALL_DATA, scaled
 
 LINE = re.compile(
-    r"\[crossmod\.training\.callbacks\.progress\]\[INFO\] - (?P<label>train epoch \d+/\d+|validation epoch \d+/\d+|validation|test): "
+    r"\[crossmod\.lib\.callbacks\.progress\]\[INFO\] - (?P<label>train epoch \d+/\d+|validation epoch \d+/\d+|validation|test): "
     r"(?P<step>\d+)/(?P<total>\d+) \(\d+%\), [\d.]+ (?:it/s|s/it), (?P<when>ETA \d+:\d\d:\d\d, elapsed \d+:\d\d:\d\d|done in \d+:\d\d:\d\d)"
 )
 # A Rich bar: ANSI control sequences, carriage-return redraws, or its frame as written to a file

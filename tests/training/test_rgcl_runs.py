@@ -24,7 +24,7 @@ from PIL import Image
 from crossmod.data.predict_inputs import read_inputs
 from crossmod.data.sample import Sample
 from crossmod.data.shards import write_shards
-from crossmod.training.retrieval_db import IDS_FILE
+from crossmod.lib.retrieval_db import IDS_FILE
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.training.test_export_predict import _shard_dir
 from tests.zygote import run_python
@@ -148,7 +148,7 @@ def _near_duplicates(records: list[dict], folder: Path) -> Path:
 
 
 def test_adding_labelled_memes_decides_their_near_duplicates(rgcl_run, tmp_path):
-    """`crossmod.training.retrieval_db add` puts the dataset's test memes (never in the run) into a copy of the adapter; with k=1
+    """`crossmod retrieval-db` puts the dataset's test memes (never in the run) into a copy of the adapter; with k=1
     each near duplicate is then decided by its original, whatever the adapter decided before."""
     run = rgcl_run["run"]
     adapter = Path(shutil.copytree(rgcl_run["adapter"], tmp_path / "US"))
@@ -163,7 +163,7 @@ def test_adding_labelled_memes_decides_their_near_duplicates(rgcl_run, tmp_path)
 
     before = predict("before.jsonl")
     size = json.loads((adapter / "culture_card.json").read_text())["retrieval"]["size"]
-    added = _run("-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test")
+    added = _run("-m", "crossmod.recipes.retrieval_db", f"adapter={adapter}", f"shards={shards}", "splits=[test]")
     assert added.returncode == 0, added.stderr[-4000:]
     tests = read_inputs(shards, ["test"])
     assert f"{len(tests)} added" in added.stdout
@@ -175,25 +175,33 @@ def test_adding_labelled_memes_decides_their_near_duplicates(rgcl_run, tmp_path)
         assert row["US_neighbours"] == [original["id"]] and row["US_neighbour_similarities"][0] > 0.99
         assert row["US_decision"] == original["labels"]["US"]
         assert before[f"dup/{original['id']}"]["US_neighbours"] != [original["id"]]  # not in the database before
-    again = _run("-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", "test")
-    assert again.returncode == 1 and "already in" in again.stderr and "--skip-existing" in again.stderr
+    again = _run("-m", "crossmod.recipes.retrieval_db", f"adapter={adapter}", f"shards={shards}", "splits=[test]")
+    assert again.returncode == 1 and "already in" in again.stderr and "skip_existing=true" in again.stderr
 
 
 def test_adding_the_runs_held_out_or_selection_memes_is_refused_unless_asked(rgcl_run, tmp_path):
     """The shards' train split holds fold 0 (held out by the run) and its val split is what the run selected on: both
-    refused by count and flag, the database untouched; --allow-held-out adds them and the card says how many."""
+    refused by count and flag, the database untouched; allow_held_out=true adds them and the card says how many."""
     adapter = Path(shutil.copytree(rgcl_run["adapter"], tmp_path / "US"))
     shards = _shard_dir(rgcl_run["run"])
     before = (adapter / "retrieval_db.safetensors").read_bytes()
     held_out = set(_held_out(rgcl_run["run"]))
     for split in ("train", "val"):
-        refused = _run("-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", split, "--skip-existing")
+        refused = _run(
+            "-m", "crossmod.recipes.retrieval_db", f"adapter={adapter}", f"shards={shards}", f"splits=[{split}]", "skip_existing=true"
+        )
         assert refused.returncode == 1 and "held out or chosen on by the run" in refused.stderr, refused.stderr[-3000:]
-        assert "--allow-held-out" in refused.stderr and (adapter / "retrieval_db.safetensors").read_bytes() == before
+        assert "allow_held_out=true" in refused.stderr and (adapter / "retrieval_db.safetensors").read_bytes() == before
     count = int(re.search(r"(\d+) of these memes were held out", refused.stderr)[1])
     assert count == len([r for r in read_inputs(shards, ["val"]) if r["labels"].get("US") in (0, 1)])
     allowed = _run(
-        "-m", "crossmod.training.retrieval_db", "add", str(adapter), str(shards), "--splits", "train", "--skip-existing", "--allow-held-out"
+        "-m",
+        "crossmod.recipes.retrieval_db",
+        f"adapter={adapter}",
+        f"shards={shards}",
+        "splits=[train]",
+        "skip_existing=true",
+        "allow_held_out=true",
     )
     assert allowed.returncode == 0, allowed.stderr[-3000:]
     source = json.loads((adapter / "culture_card.json").read_text())["retrieval"]["sources"][-1]
@@ -242,10 +250,9 @@ def test_copies_of_held_out_memes_under_other_ids_are_refused_by_content(rgcl_ru
     before = (adapter / "retrieval_db.safetensors").read_bytes()
     refused = _run(
         "-m",
-        "crossmod.training.retrieval_db",
-        "add",
-        str(adapter),
-        str(_copies_under_new_ids(copied, tmp_path / "copies", manifest["heads"])),
+        "crossmod.recipes.retrieval_db",
+        f"adapter={adapter}",
+        f"shards={_copies_under_new_ids(copied, tmp_path / 'copies', manifest['heads'])}",
     )
     assert refused.returncode == 1 and "5 copies under other ids by content" in refused.stderr, refused.stderr[-3000:]
     assert (adapter / "retrieval_db.safetensors").read_bytes() == before
@@ -253,10 +260,9 @@ def test_copies_of_held_out_memes_under_other_ids_are_refused_by_content(rgcl_ru
     trained = [r for r in train if r["id"] not in held_out][:5]
     added = _run(
         "-m",
-        "crossmod.training.retrieval_db",
-        "add",
-        str(adapter),
-        str(_copies_under_new_ids(trained, tmp_path / "others", manifest["heads"])),
+        "crossmod.recipes.retrieval_db",
+        f"adapter={adapter}",
+        f"shards={_copies_under_new_ids(trained, tmp_path / 'others', manifest['heads'])}",
     )
     assert added.returncode == 0 and "5 added" in added.stdout, added.stderr[-3000:]
 

@@ -1,5 +1,5 @@
 """`trainer.precision` reaches scoring: evaluate.py, predict.py, zero-shot and prompting run their forwards through
-the Trainer built from the `trainer=` group (src/crossmod/training/scoring.py), so bf16 mixed or true precision applies there as in
+the Trainer built from the `trainer=` group (src/crossmod/lib/scoring.py), so bf16 mixed or true precision applies there as in
 training. A probe module reports the dtype its layer computed in and the dtype its weights are held in."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from crossmod.training.scoring import predict_in_order, scoring_trainer
+from crossmod.lib.scoring import predict_in_order, scoring_trainer
 
 
 class Probe(L.LightningModule):

@@ -10,9 +10,9 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy
 
-import crossmod.training.resolvers  # noqa: F401  (registers ${is_bf16:} …)
+import crossmod.lib.resolvers  # noqa: F401  (registers ${is_bf16:} …)
 from crossmod.data.even_batches import FILLER, EvenBatches
-from crossmod.training.strategies import DeepSpeedStrategy, _kept_whole_by_zero3, place_unpartitioned_state
+from crossmod.lib.strategies import DeepSpeedStrategy, _kept_whole_by_zero3, place_unpartitioned_state
 from tests.conftest import ROOT, scaled
 
 DEEPSPEED = ("deepspeed_zero2", "deepspeed_zero3", "deepspeed_zero3_offload")

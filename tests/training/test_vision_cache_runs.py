@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.training.resolvers import tiny_vlm
+from crossmod.lib.resolvers import tiny_vlm
 from tests.conftest import SMALL_DATA
 
 pytestmark = pytest.mark.slow

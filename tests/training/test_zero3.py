@@ -15,9 +15,9 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from crossmod.training.artifacts import load_culture, run_model
-from crossmod.training.consolidate import consolidate
-from crossmod.training.resolvers import tiny_vlm
+from crossmod.lib.consolidate import consolidate
+from crossmod.lib.loading import load
+from crossmod.lib.resolvers import tiny_vlm
 from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.zygote import run_python
 
@@ -110,8 +110,8 @@ def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_
         assert value.numel() > 0 and torch.equal(value, lora[key]), key
 
     # rebuilt on one process from the sharded checkpoint, the model gives the ZeRO-3 run's validation scores
-    model, _ = run_model(zero3_run, "best")
-    fresh, _ = run_model(zero3_run, str(tmp_path / "best.safetensors"))
+    model, _ = load(zero3_run, "best")
+    fresh, _ = load(zero3_run, str(tmp_path / "best.safetensors"))
     scored = _val_probabilities(zero3_run)
     samples = _first_val_samples(zero3_run, count=6)
     batch = model.preprocessor.collate([model.preprocessor(s) for s in samples])
@@ -139,7 +139,7 @@ def test_consolidated_weights_and_gathered_adapter_agree_and_reload_to_the_same_
         timeout=scaled(600),
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    culture, _ = load_culture(tmp_path / "export" / "DE")
+    culture, _ = load(tmp_path / "export" / "DE")
     with torch.no_grad():
         assert torch.allclose(culture(batch)["DE"], logits["DE"], atol=1e-5)
 

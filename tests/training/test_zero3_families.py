@@ -17,8 +17,8 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForImageTextToText
 
-from crossmod.training.artifacts import run_model
-from crossmod.training.resolvers import tiny_vlm
+from crossmod.lib.loading import load
+from crossmod.lib.resolvers import tiny_vlm
 from tests.conftest import TrainRun
 from tests.training.test_zero3 import ZERO3, _first_val_samples, _val_probabilities
 
@@ -63,7 +63,7 @@ def test_the_gathered_adapter_loads_with_peft_to_the_runs_scores(zero3_family):
     assert all(re.search(r"\.(language_model|text_model)\..*\.(q_proj|v_proj)\.", key) for key in weights)  # qv: LM only
     assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)  # trained away from zero
 
-    model, _ = run_model(run, "best")  # one process: heads and preprocessor of the run
+    model, _ = load(run, "best")  # one process: heads and preprocessor of the run
     base = AutoModelForImageTextToText.from_pretrained(folder)
     model.backbone.model = PeftModel.from_pretrained(base, str(adapter)).eval()
     samples = _first_val_samples(run, count=6)

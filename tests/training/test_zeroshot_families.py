@@ -1,11 +1,12 @@
 """`python zeroshot.py experiment=qwen_zeroshot model.name_or_path=…` once per VLM family on a Multi3Hate-layout
-fixture, then `python -m crossmod.training.zeroshot_report` puts the runs side by side (the study's Tables 4/10 shape).
+fixture, then `crossmod zeroshot-report` puts the runs side by side (the study's Tables 4/10 shape).
 Random models: the numbers mean nothing; the protocol, the statistics and the table's shape do."""
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from itertools import combinations
 from pathlib import Path
 
@@ -13,10 +14,11 @@ import numpy as np
 import pytest
 from scipy.stats import rankdata
 
-from crossmod.training import zeroshot_report
-from crossmod.training.resolvers import tiny_vlm
-from tests.conftest import TrainRun
+from crossmod.lib.resolvers import tiny_vlm
+from crossmod.lib.zeroshot_report import comparison
+from tests.conftest import ROOT, TrainRun, scaled
 from tests.data.sources import layouts
+from tests.zygote import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +59,11 @@ def test_each_family_answers_every_meme_for_every_prompt(zeroshot_runs):
 
 def test_the_report_puts_the_families_side_by_side_with_each_runs_statistics(zeroshot_runs, tmp_path):
     out = tmp_path / "comparison.md"
-    table = zeroshot_report.main([str(run) for run in zeroshot_runs.values()] + ["--out", str(out)])
-    assert out.read_text() == table
+    command = [sys.executable, "-m", "crossmod", "zeroshot-report", f"runs=[{','.join(map(str, zeroshot_runs.values()))}]", f"out={out}"]
+    printed = run_python(command, cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
+    assert printed.returncode == 0, printed.stderr[-3000:]
+    table = comparison(list(zeroshot_runs.values()))
+    assert out.read_text() == table == printed.stdout
     assert table.splitlines()[0] == "| model | memes | US | DE | MX | IN | CN | invalid |"
     lines = [line for line in table.splitlines()[2:] if line.startswith("| ")]
     for run in zeroshot_runs.values():

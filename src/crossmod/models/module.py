@@ -82,7 +82,7 @@ class MemeClassifier(L.LightningModule):
         """`name_or_path`, `prompt` and `family` are family-level settings (the VLM's checkpoint, prompt, family row) that the
         fusion and the preprocessor share through interpolation; they are kept with the hyperparameters."""
         super().__init__()
-        # logger=False: loggers get the whole run config, secrets redacted (src/crossmod/training/pipeline.py), not these
+        # logger=False: loggers get the whole run config, secrets redacted (src/crossmod/lib/pipeline.py), not these
         self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")}, logger=False)
         self.heads: dict[str, Head] = parse_heads(self.hparams.heads)  # order: the order of the logits
         self.preprocessor = instantiate(self.hparams.preprocessor, heads=self.hparams.heads)
@@ -103,7 +103,7 @@ class MemeClassifier(L.LightningModule):
             raise ValueError(
                 f"RGCL and retrieval classification need binary heads; {[n for n, h in self.heads.items() if not h.is_binary]} are not"
             )
-        self.retrieval_bank: Bank | None = None  # the training memes' embeddings (src/crossmod/training/callbacks/retrieval_bank.py)
+        self.retrieval_bank: Bank | None = None  # the training memes' embeddings (src/crossmod/lib/callbacks/retrieval_bank.py)
 
     @classmethod
     def load_from_checkpoint(
@@ -191,7 +191,7 @@ class MemeClassifier(L.LightningModule):
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         """Each head's probabilities for the batch, with the memes' positions in the scored list (`index`), so
-        predictions made on several processes can be put back in order (src/crossmod/training/scoring.py)."""
+        predictions made on several processes can be put back in order (src/crossmod/lib/scoring.py)."""
         if getattr(self, "classify", "head") != "retrieval":  # a wrapper borrowing this step (ScoredAs) scores by its forward
             logits = self(batch)
             probabilities = {name: head.probabilities(logits[name].float()) for name, head in self.heads.items()}

@@ -2,7 +2,7 @@
 
 Each fold is `train.py fold=k` in its own process (a 7B model never shares memory with its siblings)
 with the same overrides, under `<this run dir>/fold{k}`; afterwards the folds are tied together by
-`crossmod.training.cv_report` and the chosen cross-validation metric is returned, which makes this the
+`crossmod.lib.cv_report` and the chosen cross-validation metric is returned, which makes this the
 program for sweeps that score a trial by its cross-validation mean (Optuna: `-m hparams_search=…`,
 W&B: `configs/sweeps/*_cv.yaml`).
 
@@ -24,10 +24,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-import crossmod.training.resolvers  # noqa: F401  (registers ${run_id:} …)
-from crossmod.training import preflight
-from crossmod.training.resolvers import package_configs
-from crossmod.training.user_errors import entry_point
+import crossmod.lib.resolvers  # noqa: F401  (registers ${run_id:} …)
+from crossmod.lib import preflight
+from crossmod.lib.resolvers import package_configs
+from crossmod.lib.user_errors import entry_point
 
 # Each fold and the zero-shot run: a job of the installed crossmod, in a process of its own.
 JOB = (sys.executable, "-m", "crossmod")
@@ -86,7 +86,7 @@ def zeroshot_command(overrides: list[str], experiment: str, run_dir: Path) -> li
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
 @entry_point(preflight.cross_validate)
 def main(cfg: DictConfig) -> float:
-    from crossmod.training.cv_report import TRANSFER, report
+    from crossmod.lib.cv_report import TRANSFER, report
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     overrides = list(HydraConfig.get().overrides.task)
@@ -141,7 +141,7 @@ def _log_trial(cfg: DictConfig, result: dict, transfer: dict | None = None) -> N
         return
     import wandb
 
-    from crossmod.training.resolvers import wandb_offline
+    from crossmod.lib.resolvers import wandb_offline
 
     run = wandb.init(
         project=cfg.logger.wandb.project if "wandb" in (cfg.get("logger") or {}) else None,

@@ -8,10 +8,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-import crossmod.training.resolvers  # noqa: F401
-from crossmod.training import preflight
-from crossmod.training.resolvers import package_configs
-from crossmod.training.user_errors import entry_point
+import crossmod.lib.resolvers  # noqa: F401
+from crossmod.lib import preflight
+from crossmod.lib.resolvers import package_configs
+from crossmod.lib.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="evaluate")
@@ -20,19 +20,19 @@ def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
     from crossmod.data.shards import read_manifest
+    from crossmod.lib.bases import base_overrides
+    from crossmod.lib.evaluating import Loaded, evaluate
+    from crossmod.lib.loading import each_model
+    from crossmod.lib.scored_splits import run_facts, scored_splits
+    from crossmod.lib.scoring import score, scoring_trainer
     from crossmod.models.sharding import is_zero3
-    from crossmod.training.bases import base_overrides
-    from crossmod.training.evaluating import Loaded, evaluate, model_loaders
-    from crossmod.training.scored_splits import run_facts, scored_splits
-    from crossmod.training.scoring import score, scoring_trainer
 
     OmegaConf.resolve(cfg)
     ckpt = Path(cfg.ckpt)
     facts = run_facts(ckpt)
     trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
-    models = model_loaders(
-        ckpt, sharded=is_zero3(trainer.strategy), bases=base_overrides(cfg.get("model"))
-    )  # ZeRO-3: each model built in partitions
+    sharded = is_zero3(trainer.strategy)  # ZeRO-3: each model built in partitions
+    models = each_model(ckpt, sharded, base_overrides(cfg.get("model")), f"python evaluate.py ckpt={ckpt}")
     first, load_first = models[0]
     models[0] = (first, Loaded(load_first()))  # weights are checked (and refused) before any data is prepared
     datamodule = instantiate(cfg.data)
@@ -62,7 +62,7 @@ def main(cfg: DictConfig) -> None:
 def mapped_to(data_heads: dict, requested: str | None, dataset: str, load):
     """A dataset with one hate head (MHC's `hateful`) is scored by the trained head `head=` names, else the model's head of
     that name, else its only binary head (the rule transfer scoring follows); several candidates are refused by name."""
-    from crossmod.training.eval_data import ScoredAs, trained_head
+    from crossmod.lib.eval_data import ScoredAs, trained_head
 
     binary = [head for head in data_heads.values() if head.is_binary]
 

@@ -5,22 +5,25 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-import crossmod.training.resolvers  # noqa: F401
-from crossmod.training import preflight
-from crossmod.training.resolvers import package_configs
-from crossmod.training.user_errors import entry_point
+import crossmod.lib.resolvers  # noqa: F401
+from crossmod.lib import preflight
+from crossmod.lib.resolvers import package_configs
+from crossmod.lib.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="export")
 @entry_point(preflight.export)
 def main(cfg: DictConfig) -> None:
-    from crossmod.training.artifacts import export_culture, run_model
-    from crossmod.training.bases import base_overrides
-    from crossmod.training.console import configure_console
+    from crossmod.lib.artifacts import export_culture
+    from crossmod.lib.bases import base_overrides
+    from crossmod.lib.console import configure_console
+    from crossmod.lib.loading import load
 
     configure_console()
     run_dir = Path(cfg.run)
-    model, info = run_model(run_dir, cfg.checkpoint, bases=base_overrides(cfg.get("model")), command=f"python export.py run={run_dir}")
+    model, info = load(
+        run_dir, cfg.checkpoint, bases=base_overrides(cfg.get("model")), command=f"python export.py run={run_dir}", retrieval_bank=False
+    )
     cultures = [cfg.culture] if cfg.culture else list(model.heads)
     out = Path(cfg.out) if cfg.out else run_dir / "export"
     for culture in cultures:

@@ -23,20 +23,20 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-import crossmod.training.resolvers  # noqa: F401
-from crossmod.training import preflight
-from crossmod.training.resolvers import package_configs
-from crossmod.training.user_errors import entry_point
+import crossmod.lib.resolvers  # noqa: F401
+from crossmod.lib import preflight
+from crossmod.lib.resolvers import package_configs
+from crossmod.lib.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="predict")
 @entry_point(preflight.predict)
 def main(cfg: DictConfig) -> None:
     from crossmod.data.predict_inputs import check_inputs
-    from crossmod.training.artifacts import load_culture
-    from crossmod.training.bases import BaseModelError, base_overrides
-    from crossmod.training.predicting import read_captions, read_inputs, write_predictions
-    from crossmod.training.scoring import score, scoring_trainer
+    from crossmod.lib.bases import BaseModelError, base_overrides
+    from crossmod.lib.loading import load
+    from crossmod.lib.predicting import read_captions, read_inputs, write_predictions
+    from crossmod.lib.scoring import score, scoring_trainer
 
     try:
         inputs = read_inputs(str(cfg.inputs), cfg.splits, on_error=cfg.on_error, max_image_bytes=cfg.max_image_bytes)
@@ -44,7 +44,8 @@ def main(cfg: DictConfig) -> None:
         print(f"[predict] error: {error}", file=sys.stderr)
         sys.exit(1)
     try:
-        model, card = load_culture(cfg.adapters, bases=base_overrides(cfg.model))
+        model, info = load(cfg.adapters, bases=base_overrides(cfg.model), expect="culture")
+        card = info["card"]
     except BaseModelError as error:  # a base the folder names but this machine lacks: the key and the override to give
         print(f"[predict] error: {error}", file=sys.stderr)
         sys.exit(1)

@@ -25,12 +25,12 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-import crossmod.training.resolvers  # noqa: F401  (paths use ${project_root:})
+import crossmod.lib.resolvers  # noqa: F401  (paths use ${project_root:})
 from crossmod.data.folds import find_folds
 from crossmod.data.shards import MANIFEST, conversion_summary
 from crossmod.evaluation.dataset_report import write_annotation_report
-from crossmod.training.resolvers import package_configs
-from crossmod.training.user_errors import UserError, entry_point
+from crossmod.lib.resolvers import package_configs
+from crossmod.lib.user_errors import UserError, entry_point
 
 CONFIG_DIR = package_configs()
 
@@ -76,7 +76,7 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-@entry_point()  # a UserError is one message on stderr, exit status 1 (src/crossmod/training/user_errors.py)
+@entry_point()  # a UserError is one message on stderr, exit status 1 (src/crossmod/lib/user_errors.py)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset", choices=data_configs(), help="data config name (configs/data/<name>.yaml)")

@@ -5,17 +5,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-import crossmod.training.resolvers  # noqa: F401  (registers ${run_id:}, ${wandb_offline:} …)
+import crossmod.lib.resolvers  # noqa: F401  (registers ${run_id:}, ${wandb_offline:} …)
 from crossmod.data.selection_rules import NO_SELECTION
-from crossmod.training import preflight
-from crossmod.training.resolvers import package_configs
-from crossmod.training.user_errors import UserError, entry_point
+from crossmod.lib import preflight
+from crossmod.lib.resolvers import package_configs
+from crossmod.lib.user_errors import UserError, entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
 @entry_point(preflight.train)  # a prompting recipe, a ??? value, a missing data folder or fold: one message, no run dir
 def main(cfg: DictConfig) -> float | None:
-    from crossmod.training.pipeline import run
+    from crossmod.lib.pipeline import run
 
     OmegaConf.resolve(cfg)
     metrics = run(cfg)

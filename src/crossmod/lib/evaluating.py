@@ -1,0 +1,111 @@
+"""Evaluation reports for trained runs or exported cultures on any dataset (what `evaluate.py` runs): load the
+models, predict, write predictions, figures, report.json and summary.md; the scores come from `crossmod.evaluation.run_report`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from crossmod.data.heads import Head
+from crossmod.evaluation.alignment import marker_test, markers, mean_alignment
+from crossmod.evaluation.functional import functionality_bars
+from crossmod.evaluation.plots import alignment_heatmap, roc_figure
+from crossmod.evaluation.predictions import labelled_pairs
+from crossmod.evaluation.run_report import functionality_figure, score_run, summary_markdown
+from crossmod.lib.predicting import write_predictions
+from crossmod.lib.scored_splits import ScoredSplit
+
+
+class Loaded:
+    """A model already built (e.g. to check its weights before any data is read), handed over once: the scoring
+    loop drops it after scoring, so it does not outlive its turn."""
+
+    def __init__(self, model: Any) -> None:
+        self.model: Any = model
+
+    def __call__(self) -> Any:
+        model, self.model = self.model, None
+        return model
+
+
+Scorer = Callable[[Any, list[dict[str, Any]], int, float], list[dict[str, Any]]]
+
+
+def one_device_scorer(accelerator: str = "cpu") -> Scorer:
+    """Lightning's predict loop in this process, on one device: scoring that runs inside another job (transfer
+    scoring after training, on rank 0)."""
+    from crossmod.lib.scoring import score, single_device_trainer
+
+    trainer = single_device_trainer(accelerator)
+    return lambda model, records, batch_size, threshold: score(trainer, model, records, batch_size, threshold)
+
+
+def evaluate(
+    models: list[tuple[str, Callable[[], Any]]],
+    scored: Mapping[str, ScoredSplit],
+    data_heads: dict[str, Head],
+    out: Path,
+    batch_size: int,
+    threshold: float,
+    dataset: str,
+    scorer: Scorer | None = None,
+    writer: bool = True,
+) -> dict[str, Any]:
+    """Score each run on its own memes (`scored[name]`: a fold run's held-out fold, or a split) and write
+    report.json, summary.md, per-run predictions and the figures into `out`.
+
+    `models`: (name, loader), each model built when its turn comes and dropped after it. `scorer`: rows of
+    (model, records, batch size, threshold): Lightning's predict loop (src/crossmod/lib/scoring.py) on the job's trainer,
+    which every process of a data-parallel job runs (default: one device, this process); only the `writer` (rank 0)
+    writes files."""
+    scorer = scorer or one_device_scorer()
+    missing = [name for name, _ in models if name not in scored]
+    if missing:
+        raise KeyError(f"no memes to score for run(s) {missing} (given for {sorted(scored)})")
+    if writer:
+        out.mkdir(parents=True, exist_ok=True)
+    scored_ids = {r["id"] for name, _ in models for r in scored[name].records}
+    report: dict[str, Any] = {"dataset": dataset, "items": len(scored_ids), "runs": {}}
+    matrices = []
+    for name, load in models:
+        records = scored[name].records
+        model = load()
+        rows = scorer(model, records, batch_size, threshold)
+        heads, head_rule = model.heads, getattr(model, "head_rule", None)
+        del model  # one model in memory at a time
+        if not writer:
+            continue
+        write_predictions(rows, out / "predictions" / f"{name.replace('/', '_')}.csv")
+        scores = score_run(rows, records, heads, data_heads, threshold)
+        matrices.append(scores.alignment)
+        report["runs"][name] = {
+            "split": scored[name].describe(),
+            "selection": scored[name].selection,
+            "metrics": scores.metrics,
+            "alignment": scores.alignment,
+            **scores.sections,
+        }
+        if head_rule:  # a mapped head (evaluate.py head=, transfer.head): which trained head answered, and why
+            report["runs"][name]["head"] = head_rule
+        if "mhc" in scores.sections:
+            functionality_bars(scores.sections["mhc"], out / functionality_figure(name))
+        if scores.alignment and name == models[0][0]:
+            roc = labelled_pairs(scores.probs, scores.labels)
+            if roc:
+                roc_figure(roc, out / "roc.png", f"{dataset}: ROC per head")
+            alignment_heatmap(scores.alignment, out / "alignment.png", f"{dataset}: culture alignment")
+    if not writer:
+        return report
+    if any(matrices):
+        report["alignment"] = {
+            "mean": mean_alignment(matrices),
+            "markers": markers(matrices),
+            "runs": len(matrices),
+            **marker_test(matrices),  # the test's name, alpha, and a note when too few runs allow no marker
+        }
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=float))
+    figures = [figure for figure in ("alignment.png", "roc.png") if (out / figure).is_file()]
+    (out / "summary.md").write_text(summary_markdown(report, figures))
+    return report

@@ -1,0 +1,224 @@
+"""Train → score the selected weights (validation set, then the test stage once) → write run files: what `train.py` runs.
+
+Which weights are scored is the run's selection rule (`crossmod.data.selection_rules.RULES`): in a fold run the
+held-out fold is the test stage, scored once at the end, and no choice made during fit ever saw it.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from omegaconf import DictConfig
+
+from crossmod.data.selection_rules import RULES
+from crossmod.evaluation.thresholds import threshold_on_selection
+from crossmod.lib.callbacks.interruption import Interrupted, InterruptionCheckpoint
+from crossmod.lib.callbacks.rng_states import RngStates
+from crossmod.lib.console import configure_console
+from crossmod.lib.consolidate import restore_weights, zero_state_dict
+from crossmod.lib.finished_run import finished_run_checkpoints
+from crossmod.lib.report import print_table
+from crossmod.lib.resolvers import run_variants, task_overrides
+from crossmod.lib.run_environment import run_environment
+from crossmod.lib.run_status import RunStatus, command_line
+from crossmod.lib.runs import copy_manifest, nest, save_config, write_metrics
+from crossmod.lib.selection import NO_VALIDATION, without_selection
+from crossmod.lib.slurm import SlurmRequeue, check_allocation, scoring_weights_in_memory
+from crossmod.lib.strategies import with_default_strategy
+from crossmod.lib.threads import share_cores
+from crossmod.models.sharding import is_zero3, parameter_counts
+
+
+def _instantiate_all(group: DictConfig | None) -> list[Any]:
+    return [instantiate(node) for node in (group or {}).values() if node is not None and "_target_" in node]
+
+
+def flush_subnormals() -> None:
+    """Compute with subnormal floats flushed to zero on the CPU. Adam's second moments of weights whose
+    gradients fade (a vision tower fed blank images under `data.ablate=image`) sink into the subnormal
+    range, where x86 arithmetic is microcoded: a tiny VLM's CPU epoch went from 15 s to 3.5 min. GPUs'
+    fast paths flush them already; values below 1.2e-38 change nothing a loss can see."""
+    torch.set_flush_denormal(True)
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, then score the best checkpoint on val and test; return (and save) the metrics. The run's status file says
+    how it ended; a signal saves a resumable checkpoint and exits with 128 + its number (src/crossmod/lib/callbacks/interruption.py)."""
+    configure_console()
+    flush_subnormals()
+    check_allocation(cfg.trainer)  # under srun: trainer nodes x devices must match the job's tasks
+    L.seed_everything(cfg.seed, workers=True)
+    run_dir = Path(cfg.paths.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    status = RunStatus(run_dir)
+    interruption = InterruptionCheckpoint(run_dir / "checkpoints" / "last.ckpt")
+    interruption.install()
+    status.write("running")
+    try:
+        metrics = _run(cfg, run_dir, interruption)
+    except (SIGTERMException, Interrupted):
+        name = signal.Signals(interruption.signum or signal.SIGTERM).name
+        facts: dict[str, Any] = {"signal": name, "checkpoint": str(interruption.saved) if interruption.saved else None}
+        if interruption.saved:
+            facts["resume"] = f"{command_line()} ckpt_path={interruption.saved}"
+        status.write("interrupted", **facts)
+        rank_zero_info(
+            f"Stopped by {name}" + (f"; resume with: {facts['resume']}" if interruption.saved else " (outside training: nothing to resume)")
+        )
+        raise SystemExit(interruption.exit_status()) from None
+    except BaseException as error:
+        if not (isinstance(error, SystemExit) and error.code in (None, 0)):
+            status.write("failed", error=f"{type(error).__name__}: {error}"[:2000])
+        raise
+    slim = finished_run_checkpoints(run_dir, metrics.get("best_checkpoint"), keep=bool(cfg.get("keep_resume_checkpoints", False)))
+    status.write("finished", **({"removed_resume_checkpoints": slim} if slim else {}))
+    close_process_group()
+    return metrics
+
+
+def close_process_group() -> None:
+    """Destroy the default process group once the run is done (no collective follows). Left to interpreter exit, gloo's
+    threads were destroyed while still joinable and a finished rank aborted ("terminate called without an active
+    exception": the SLURM ZeRO-3 job, twice), so a job whose every number was written ended FAILED."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -> dict[str, Any]:
+
+    datamodule = instantiate(cfg.data)
+    model = instantiate(cfg.model, _recursive_=False)
+    datamodule.connect(model.preprocessor)  # the model's side hands the data what it needs; data never reaches into it
+    transfer = None
+    if cfg.get("eval_data"):  # a second dataset to score after training: checked now, so a run that could not be scored never trains
+        from crossmod.lib.eval_data import TransferOptions, plan_transfer
+
+        transfer = plan_transfer(cfg.eval_data, TransferOptions.from_config(cfg.get("transfer")), model)
+    # Exact resume everywhere (RNG states travel in checkpoints, as the datamodule's stream position does);
+    # the signal handling and requeue only inside a SLURM job.
+    callbacks = _instantiate_all(cfg.get("callbacks")) + [RngStates(), SlurmRequeue(enabled=SLURMEnvironment.detect()), interruption]
+    no_validation = datamodule.selection == "last"  # fixed schedule, final weights (fold run or not): no validation loop
+    if no_validation:
+        callbacks = without_selection(callbacks)
+    loggers = _instantiate_all(cfg.get("logger"))
+    trainer_cfg = with_default_strategy(cfg.trainer)
+    trainer: L.Trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False, **(NO_VALIDATION if no_validation else {}))
+    datamodule.lockstep_eval_under_sharding = is_zero3(trainer.strategy)  # sharded forwards are collectives
+    share_cores(trainer.num_devices)  # this run's processes on the node share its cores
+
+    if trainer.is_global_zero:
+        save_config(cfg, run_dir)
+    for logger in loggers:
+        logger.log_hyperparams(_loggable(cfg))
+
+    final_val: dict[str, float] = {}
+    if cfg.get("train", True):
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        final_val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+
+    best = _best_checkpoint(trainer)
+    final_weights_why = None  # set when a rule that selects a checkpoint ended up scoring the final weights
+    if no_validation:
+        where = "the held-out fold" if cfg.get("fold") is not None else "the test split"
+        rank_zero_info(f"cv.selection=last: scoring the final weights on {where}, once.")
+    elif not best and cfg.get("train", True):
+        monitor = _monitor(trainer)
+        if trainer.fast_dev_run:
+            why = "fast_dev_run suppresses checkpointing"
+        elif monitor:
+            why = f"no validation could be ranked by {monitor}; see the warnings above"
+        else:
+            why = "checkpointing disabled or no validation"
+        rank_zero_info(f"No best checkpoint ({why}): scoring the final weights.")
+        final_weights_why = why
+    ckpt_path = best or (None if cfg.get("train", True) else cfg.get("ckpt_path"))
+    scored_weights = ckpt_path  # what eval_data is scored with, too
+    if ckpt_path and is_zero3(trainer.strategy):
+        # A ZeRO-3 engine built for evaluation cannot load sharded checkpoints (DeepSpeed has no optimizer
+        # there to restore partitions from): the checkpoint's weights are put into the model instead.
+        restore_weights(model, zero_state_dict(ckpt_path))
+        ckpt_path = None
+    scores: dict[str, Any] = {}
+    with scoring_weights_in_memory(trainer):  # ckpt_path=None means these weights, also after a SLURM requeue
+        # Lightning returns no results for a loop limited to 0 batches (trainer.limit_val_batches=0): nothing to add
+        if not no_validation:
+            scores.update(next(iter(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
+        if cfg.get("test", True) and datamodule.has_test_stage:
+            scores.update(next(iter(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
+    if cfg.get("test", True) and not datamodule.has_test_stage:
+        rank_zero_info(f"dataset {datamodule.manifest['dataset']} has no test split {datamodule.test_splits}: no test stage.")
+    rule = datamodule.selection_rule
+    description = RULES[rule]
+    if final_weights_why:  # the rule names a selection that did not happen: say what was scored
+        description = f"final weights after the configured schedule, no checkpoint selected ({final_weights_why})"
+
+    metrics = {
+        "experiment": cfg.label,
+        "variants": run_variants(cfg, task_overrides(cfg)),
+        "fold": cfg.get("fold"),
+        "num_folds": cfg.get("num_folds") if cfg.get("fold") is not None else None,
+        "seed": cfg.seed,
+        "best_checkpoint": best,
+        "selection": {"rule": rule, "description": description, "weights": best or "final", "monitor": _monitor(trainer)},
+        "global_step": trainer.global_step,
+        "epochs": trainer.current_epoch,
+        "parameters": parameter_counts(model.parameters()),
+        "environment": run_environment(trainer, datamodule.num_workers),
+        "best": {"val": nest(scores, "val"), "test": nest(scores, "test")},
+        "final": {"val": nest(final_val, "val")},
+    }
+    if getattr(model.backbone, "save_adapter", None) and cfg.model.get("fusion", {}).get("lora"):
+        # every rank takes part (ZeRO-3 gathers the adapter collectively); rank 0 writes the scored weights
+        metrics["adapter"] = str(model.export_adapter(run_dir / "adapter", write=trainer.is_global_zero))
+    if trainer.is_global_zero:
+        copy_manifest(datamodule.dataset_dir, run_dir)
+        metrics["selection_threshold"] = threshold_on_selection(run_dir / "predictions")
+        write_metrics(run_dir, metrics)
+        if transfer is not None:  # reads the run's files just written, as evaluate.py would
+            from crossmod.lib.eval_data import score_transfer
+
+            sharded, device = is_zero3(trainer.strategy), trainer.strategy.root_device
+            metrics["transfer"] = {transfer.dataset: score_transfer(transfer, run_dir, metrics, model, scored_weights, sharded, device)}
+            write_metrics(run_dir, metrics)
+        if cfg.get("print_table", True):
+            print_table(metrics, f"{cfg.label} (fold {cfg.get('fold')})", f"Selection: {rule} — {description}")
+            if transfer is not None:
+                from crossmod.lib.eval_data import print_transfer
+
+                print_transfer(metrics["transfer"][transfer.dataset], transfer.options.reference)
+            print(f"Run directory: {run_dir}")
+    return metrics
+
+
+def _best_checkpoint(trainer: L.Trainer) -> str | None:
+    """The best checkpoint of the callback that monitors a metric (not the one keeping `last.ckpt`)."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.monitor and callback.best_model_path:
+            return callback.best_model_path
+    return None
+
+
+def _monitor(trainer: L.Trainer) -> str | None:
+    for callback in trainer.callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.monitor:
+            return f"{callback.monitor} ({callback.mode})"
+    return None
+
+
+def _loggable(cfg: DictConfig) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    from crossmod.lib.runs import redact
+
+    return redact(OmegaConf.to_container(cfg, resolve=True))

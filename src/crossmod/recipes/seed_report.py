@@ -1,0 +1,38 @@
+"""Mean ± std over seeds: `crossmod seed-report runs=<multirun folder>` (writes <runs>/seed_summary.json)."""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from crossmod.lib import preflight
+from crossmod.lib.resolvers import package_configs
+from crossmod.lib.user_errors import entry_point
+
+
+@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="seed_report")
+@entry_point(preflight.reads(runs="a folder of runs (a -m seed=… multirun folder)"))
+def main(cfg: DictConfig) -> None:
+    import json
+    from pathlib import Path
+
+    from crossmod.lib.seed_report import summarise
+    from crossmod.lib.user_errors import UserError
+
+    runs = Path(cfg.runs)
+    summary = summarise(runs)
+    if not summary:
+        raise UserError(f"runs={runs}: no runs (metrics.json) under it", "pass runs=<the multirun folder>", "runs")
+    (runs / "seed_summary.json").write_text(json.dumps(summary, indent=1))
+    for name, result in summary.items():
+        print(f"{name} (seeds {result['seeds']})")
+        for key in ("val/mean/auroc", "test/mean/auroc", "test/mean/acc"):
+            if key in result["metrics"]:
+                m = result["metrics"][key]
+                print(f"  {key}: {m['mean']:.4f} ± {m['std']:.4f}")
+        for problem in result["problems"]:
+            print(f"  problem: {problem}")
+
+
+if __name__ == "__main__":
+    main()
