@@ -1,9 +1,7 @@
-"""Convert a raw dataset to shards without training, from a checkout: `python prepare.py …` is `crossmod prepare …`
+"""Convert a dataset to shards without training, from a checkout: `python prepare.py …` is `crossmod prepare …`
 (crossmod/recipes/prepare.py)."""
-
-import sys
 
 from crossmod.recipes.prepare import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -33,7 +33,7 @@ class Command:
 
     @property
     def program(self) -> str:
-        """`train.py`, `-m crossmod.lib.fewshot`, `crossmod train`, `sbatch`, `make` …: what the command starts."""
+        """`train.py`, `prepare.py`, `crossmod train`, `sbatch`, `make` …: what the command starts."""
         if self.argv[0] == "crossmod":
             return " ".join(self.argv[:2])
         if self.argv[0] == "python":

@@ -32,20 +32,20 @@ HYDRA_PROGRAMS = {
     "train.py": "train",
     "cross_validate.py": "train",
     "zeroshot.py": "train",
-    "-m crossmod.lib.fewshot": "train",
-    "-m crossmod.lib.memebridge": "train",
     "evaluate.py": "evaluate",
     "export.py": "export",
     "predict.py": "predict",
+    "prepare.py": "prepare",
 }
 # `crossmod <job>`: the same jobs through the installed command (src/crossmod/cli.py)
 HYDRA_PROGRAMS |= {f"crossmod {job}": HYDRA_PROGRAMS[program] for job, program in {
-    "train": "train.py", "cv": "cross_validate.py", "zeroshot": "zeroshot.py", "fewshot": "-m crossmod.lib.fewshot",
-    "memebridge": "-m crossmod.lib.memebridge", "evaluate": "evaluate.py", "export": "export.py", "predict": "predict.py",
+    "train": "train.py", "cv": "cross_validate.py", "zeroshot": "zeroshot.py", "evaluate": "evaluate.py",
+    "export": "export.py", "predict": "predict.py",
 }.items()}  # fmt: skip
+HYDRA_PROGRAMS |= {"crossmod fewshot": "train", "crossmod memebridge": "train"}  # the prompting protocols, on train.yaml
 # the tools, each a Hydra job with its own config (src/crossmod/configs/<job>.yaml)
 HYDRA_PROGRAMS |= {f"crossmod {job}": job.replace("-", "_") for job in (
-    "cv-report", "seed-report", "zeroshot-report", "consolidate", "retrieval-db", "wandb-offline",
+    "prepare", "cv-report", "seed-report", "zeroshot-report", "consolidate", "retrieval-db", "wandb-offline",
 )}  # fmt: skip
 CROSSMOD_TOOLS = {"crossmod", "crossmod --help", "crossmod ls", "crossmod cp"}
 # programs that run a model (a real VLM there needs a GPU); export and the reports only read files
@@ -53,15 +53,13 @@ RUNS_A_MODEL = {
     "train.py",
     "cross_validate.py",
     "zeroshot.py",
-    "-m crossmod.lib.fewshot",
-    "-m crossmod.lib.memebridge",
     "evaluate.py",
     "predict.py",
 }
 RUNS_A_MODEL |= {f"crossmod {job}" for job in ("train", "cv", "zeroshot", "fewshot", "memebridge", "evaluate", "predict")}
 ARGPARSE_PROGRAMS = re.compile(
-    r"^(prepare\.py|scripts/\w+\.py|bench/\w+\.py|-m crossmod\.(lib|data)\.\w+"
-    r"|crossmod (prepare|synthetic))$"
+    r"^(scripts/\w+\.py|bench/\w+\.py|-m crossmod\.(lib|data)\.\w+"
+    r"|crossmod synthetic)$"
 )
 EXTERNAL = {"aws", "apt-get", "sudo"}  # third-party tools; `sudo slurm/local_cluster.sh` is checked below
 BATCH_OPTIONS = re.compile(r"--(nodes|gpus-per-node|ntasks-per-node|array)=(\d+)")

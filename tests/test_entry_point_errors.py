@@ -57,7 +57,7 @@ def test_a_missing_shard_dir_is_named_with_its_fix(tmp_path):
 def test_a_shard_dir_without_shards_is_named(tmp_path):
     (tmp_path / "empty").mkdir()
     result = _run(tmp_path, "train.py", "data=shards", f"data.shard_dir={tmp_path / 'empty'}")
-    _refused(result, tmp_path, f"data.shard_dir={tmp_path / 'empty'} has no manifest.json", "python prepare.py")
+    _refused(result, tmp_path, f"data.shard_dir={tmp_path / 'empty'} has no manifest.json", "crossmod prepare data=<dataset>")
 
 
 def test_a_missing_raw_dir_is_named_with_its_fix(tmp_path):
@@ -85,7 +85,7 @@ def test_an_out_of_range_fold_is_named(tmp_path):
 @pytest.mark.parametrize("program", ["train.py", "cross_validate.py"])
 def test_a_refused_recipe_names_its_program_and_leaves_no_run_directory(tmp_path, program):
     result = _run(tmp_path, program, "experiment=toxictags_fewshot")
-    _refused(result, tmp_path, "experiment=toxictags_fewshot", "run it with `python -m crossmod.lib.fewshot experiment=toxictags_fewshot")
+    _refused(result, tmp_path, "experiment=toxictags_fewshot", "run it with `crossmod fewshot experiment=toxictags_fewshot")
 
 
 def test_a_sweep_job_refused_after_hydra_made_its_folders_removes_them(tmp_path):
@@ -100,11 +100,12 @@ def test_hydra_full_error_shows_the_traceback_and_still_leaves_nothing(tmp_path)
 
 
 @pytest.mark.parametrize(
-    ("module", "other"), [("crossmod.lib.fewshot", "memebridge_prompting"), ("crossmod.lib.memebridge", "toxictags_fewshot")]
+    ("module", "other"), [("crossmod.recipes.fewshot", "memebridge_prompting"), ("crossmod.recipes.memebridge", "toxictags_fewshot")]
 )
 def test_a_prompting_module_refuses_the_other_protocols_recipe(tmp_path, module, other):
     result = _run(tmp_path, module, f"experiment={other}")
-    _refused(result, tmp_path, f"experiment={other} is not run by {module}", f"experiment={other} …`")
+    program = "crossmod " + module.rsplit(".", 1)[1]
+    _refused(result, tmp_path, f"experiment={other} is not run by {program}", f"experiment={other} …`")
 
 
 def test_a_prompting_program_refuses_a_recipe_without_its_settings(tmp_path):
@@ -156,9 +157,14 @@ def test_missing_keys_are_found_without_resolving_interpolations():
 
 def test_prepare_names_a_missing_raw_dir(tmp_path):
     result = _run(
-        tmp_path, "prepare.py", "multi3hate", "--raw-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "shards"), paths=False
+        tmp_path,
+        "prepare.py",
+        "data=multi3hate",
+        f"data.raw_dir={tmp_path / 'nowhere'}",
+        f"data.shard_root={tmp_path / 'shards'}",
+        paths=False,
     )
-    _refused(result, tmp_path, f"--raw-dir {tmp_path / 'nowhere'} is not a folder", "docs/datasets.md")
+    _refused(result, tmp_path, f"data.raw_dir={tmp_path / 'nowhere'} is not a folder", "docs/datasets.md")
     assert [p.name for p in tmp_path.iterdir()] == []
 
 

@@ -25,10 +25,10 @@ JOBS: dict[str, Job] = {
     "evaluate": Job("crossmod.recipes.evaluate", "score runs or exported cultures on a dataset (ckpt=… data=…)"),
     "export": Job("crossmod.recipes.export", "a run's cultures as PEFT adapter folders (run=… [culture=DE] [kind=retrieval])"),
     "predict": Job("crossmod.recipes.predict", "score new memes with an exported culture folder (adapters=… inputs=…)"),
-    "prepare": Job("crossmod.recipes.prepare", "convert a raw dataset to WebDataset shards (<dataset> --raw-dir … --out …)"),
+    "prepare": Job("crossmod.recipes.prepare", "convert a dataset to WebDataset shards (data=<dataset> data.raw_dir=… [folds=3])"),
     "zeroshot": Job("crossmod.recipes.zeroshot", "answer memes zero-shot with a VLM and the study's prompts"),
-    "fewshot": Job("crossmod.lib.fewshot", "few-shot VLM prompting with retrieved exemplars (ToxicTags)"),
-    "memebridge": Job("crossmod.lib.memebridge", "MemeBridge's prompting protocol"),
+    "fewshot": Job("crossmod.recipes.fewshot", "few-shot VLM prompting with retrieved exemplars (ToxicTags)"),
+    "memebridge": Job("crossmod.recipes.memebridge", "MemeBridge's prompting protocol"),
     "cv-report": Job("crossmod.recipes.cv_report", "re-report cross-validation folds (runs=<folder of fold runs>)"),
     "seed-report": Job("crossmod.recipes.seed_report", "mean ± std over seeds (runs=<multirun folder>)"),
     "zeroshot-report": Job("crossmod.recipes.zeroshot_report", "zero-shot runs of several VLMs side by side (runs=[…])"),
@@ -39,7 +39,7 @@ JOBS: dict[str, Job] = {
 }
 
 # jobs with a command line of their own (argparse) rather than Hydra overrides
-ARGPARSE_JOBS = {"prepare", "synthetic"}
+ARGPARSE_JOBS = {"synthetic"}
 
 # `crossmod ls` groups, by the name a user asks for and the config folder that holds them
 GROUPS = {

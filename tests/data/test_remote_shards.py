@@ -10,6 +10,7 @@ import json
 import re
 import shlex
 import shutil
+import sys
 import tarfile
 
 import pytest
@@ -18,8 +19,10 @@ from crossmod.data.remote import RemoteReadError, RemoteStream, file_url, is_rem
 from crossmod.data.sample import SampleError
 from crossmod.data.shards import read_manifest, read_samples, sha256_file
 from crossmod.data.tar_reader import ShardFormatError
+from tests.conftest import ROOT, scaled
 from tests.fixtures.shard_server import serve
 from tests.fixtures.small import small_synthetic
+from tests.zygote import run_python
 
 FAST = {"retries": 2, "backoff": 0.01}
 
@@ -168,13 +171,14 @@ def test_a_remote_manifest_naming_a_hostile_shard_is_refused(dataset, tmp_path):
 SHARDS_FOLD0 = ("fold=0", "num_folds=3", "num_workers=0", "remote_retries=1", "remote_backoff=0.01")
 
 
-def _prepare_mhc(root, *options: str):
-    """`python prepare.py mhc --raw-dir … --out <root>/shards <options>` on a tiny MHC layout: (raw dir, shard dir)."""
-    from crossmod.recipes.prepare import main
+def _prepare_mhc(root, folds: int | None = None):
+    """`crossmod prepare data=mhc data.raw_dir=… data.shard_root=<root>/shards [folds=…]`'s conversion (the library call
+    the job makes) on a tiny MHC layout: (raw dir, shard dir)."""
+    from crossmod.recipes.prepare import compose_data, prepare
     from tests.data.sources import layouts
 
     raw = layouts.mhc(root / "raw", cases=12)  # 2 languages × 6 templates: 12 groups, all in split `all`
-    assert main(["mhc", "--raw-dir", str(raw), "--out", str(root / "shards"), *options]) == 0
+    prepare(compose_data("mhc", [f"raw_dir={raw}"]), str(root / "shards"), folds=folds)
     (directory,) = [p for p in (root / "shards").glob("mhc-*") if p.is_dir()]
     return raw, directory
 
@@ -201,11 +205,11 @@ def _loader_ids(loader) -> list[str]:
 
 @pytest.fixture(scope="module")
 def mhc_prepared(tmp_path_factory):
-    return _prepare_mhc(tmp_path_factory.mktemp("mhc"), "--folds", "3")
+    return _prepare_mhc(tmp_path_factory.mktemp("mhc"), folds=3)
 
 
 def test_data_shards_runs_a_fold_of_a_one_split_dataset_from_the_server(mhc_prepared):
-    """The issue's case: `prepare.py mhc … --folds 3`, served over HTTP, `data=shards fold=0 num_folds=3` without split keys."""
+    """The issue's case: `crossmod prepare data=mhc … folds=3`, served over HTTP, `data=shards fold=0 num_folds=3` without split keys."""
     _, directory = mhc_prepared
     manifest = read_manifest(directory)
     with serve(directory.parent) as (base, faults):
@@ -251,7 +255,7 @@ def test_an_older_manifest_without_split_roles_says_which_splits_its_folds_divid
 
 
 def test_missing_folds_name_the_prepare_command_that_stores_them(tmp_path):
-    """Prepared without --folds (or with another seed / inner share): the error's prepare.py command, run on the
+    """Prepared without folds (or with another seed / inner share): the error's `crossmod prepare` command, run on the
     local copy, stores what the run needs, and the served folder then runs."""
     raw, directory = _prepare_mhc(tmp_path)
     overrides = (*SHARDS_FOLD0, "fold_seed=1", "inner_share=0.2")
@@ -262,10 +266,13 @@ def test_missing_folds_name_the_prepare_command_that_stores_them(tmp_path):
         error = str(caught.value)
         for fact in ("num_folds=3", "seed=1", "inner validation share 0.2", "over split(s) ['all']", "has no fold assignments"):
             assert fact in error, fact
-        command = shlex.split(_command(error, "python prepare.py "))
-        assert command[2:4] == ["mhc", "--raw-dir"] and "--folds" in command and "fold_seed=1" in command and "inner_share=0.2" in command
-        from crossmod.recipes.prepare import main
-
-        assert main([*command[2:], "--out", str(directory.parent)]) == 0
+        command = shlex.split(_command(error, "crossmod prepare "))
+        assert command[2:4] == ["data=mhc", f"data.raw_dir={raw}"] and "folds=3" in command
+        assert "data.fold_seed=1" in command and "data.inner_share=0.2" in command
+        done = run_python(
+            [sys.executable, "-m", "crossmod", *command[1:], f"data.shard_root={directory.parent}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=scaled(300),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
         dm = _shards_datamodule(url, *overrides)
         assert dm.selection_rule == "inner" and _loader_ids(dm.test_dataloader())

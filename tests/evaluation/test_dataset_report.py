@@ -9,7 +9,7 @@ from scipy.stats import chi2_contingency
 
 from crossmod.data.shards import read_manifest
 from crossmod.data.sources.multi3hate import Multi3HateSource
-from crossmod.recipes.prepare import main
+from crossmod.recipes.prepare import compose_data, prepare
 from tests.data.sources import layouts
 
 # Final labels of six memes (US, DE, MX, IN, CN); largest same-label group: 5, 5, 4, 3, 3, 4.
@@ -36,7 +36,7 @@ VOTES = [{LANGUAGE[c]: US_VOTES[k] if c == "US" else [label] * 5 for c, label in
 def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("m3h")
     raw = layouts.multi3hate(root / "raw", labels=LABELS, votes=VOTES)
-    assert main(["multi3hate", "--raw-dir", str(raw), "--out", str(root / "shards")]) == 0
+    prepare(compose_data("multi3hate", [f"raw_dir={raw}"]), str(root / "shards"))
     (directory,) = [p for p in (root / "shards").iterdir() if p.is_dir()]
     return directory
 

@@ -1,4 +1,4 @@
-"""`python -m crossmod.lib.fewshot experiment=toxictags_fewshot …` end to end on a ToxicTags fixture in the real layout
+"""`crossmod fewshot experiment=toxictags_fewshot …` end to end on a ToxicTags fixture in the real layout
 (toxictags.jsonl + images/ written here), with a tiny random Qwen2-VL and the tiny CLIP; then the α search
 with a stand-in model, to see which memes it asks. Random models: the scores mean nothing, the protocol does."""
 
@@ -89,7 +89,8 @@ def test_entry_point_writes_the_side_by_side_report_and_reuses_the_embedding_cac
         command = [
             sys.executable,
             "-m",
-            "crossmod.lib.fewshot",
+            "crossmod",
+            "fewshot",
             *overrides(raw_dir, qwen, clip, data_dir),
             f"paths.log_dir={logs}",
             *extra,

@@ -1,4 +1,4 @@
-"""`python -m crossmod.lib.memebridge -m experiment=memebridge_prompting condition=def,us_rp,cn_rp` with a tiny random
+"""`crossmod memebridge -m experiment=memebridge_prompting condition=def,us_rp,cn_rp` with a tiny random
 Qwen2-VL on a MemeBridge fixture in the real layout, embeddings from the real MiniLM package. Random models: the
 numbers mean nothing; the protocol (questions, option order, role lines, parsing, similarity, PS) is what is checked."""
 
@@ -90,11 +90,12 @@ def raw(tmp_path_factory) -> Path:
 
 
 def memebridge(run_id: str, data_dir: Path, log_dir: Path, raw: Path, tiny_qwen: str, *overrides: str) -> subprocess.CompletedProcess:
-    """`python -m crossmod.lib.memebridge experiment=memebridge_prompting <overrides>` on the fixture, tiny sizes; must succeed."""
+    """`crossmod memebridge experiment=memebridge_prompting <overrides>` on the fixture, tiny sizes; must succeed."""
     command = [
         sys.executable,
         "-m",
-        "crossmod.lib.memebridge",
+        "crossmod",
+        "memebridge",
         *(o for o in overrides if o.startswith("-")),  # Hydra's flags (-m) before the overrides
         "experiment=memebridge_prompting",
         f"paths.data_dir={data_dir}",

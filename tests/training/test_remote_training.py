@@ -22,7 +22,7 @@ COMMON = ("data=shards", "fold=0", "num_folds=3", "print_table=false", "data.num
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """A synthetic dataset prepared with `--folds 3` (folds and inner splits in its manifest), then served."""
+    """A synthetic dataset prepared with `folds=3` (folds and inner splits in its manifest), then served."""
     from crossmod.recipes.prepare import compose_data, prepare
 
     root = tmp_path_factory.mktemp("remote_ds")
@@ -95,15 +95,15 @@ def test_a_fold_run_on_a_remote_dataset_without_folds_says_how_to_prepare(served
         "no fold assignment for num_folds=3, seed=0 over split(s) ['train']" in result.stderr
         and "It has no fold assignments" in result.stderr
     )
-    assert 'prepare(compose_data("synthetic", []), folds=3)' in result.stderr  # generated: prepare.py converts raw layouts only
+    assert "`crossmod prepare data=synthetic folds=3`" in result.stderr  # generated: no raw folder to name
 
 
 def test_a_fold_run_of_a_served_one_split_dataset_needs_no_split_keys(data_dir, tmp_path):
-    """`prepare.py mhc … --folds 3`, served over HTTP, then `train.py data=shards … fold=0 num_folds=3 model=text`: the
+    """`crossmod prepare data=mhc … folds=3`, served over HTTP, then `train.py data=shards … fold=0 num_folds=3 model=text`: the
     manifest says its folds divide split `all`, so the run tests fold 0 and selects on its stored inner split."""
     from tests.data.test_remote_shards import _prepare_mhc
 
-    _, directory = _prepare_mhc(tmp_path / "mhc", "--folds", "3")
+    _, directory = _prepare_mhc(tmp_path / "mhc", folds=3)
     run = TrainRun(data_dir, tmp_path / "runs")
     with serve(directory.parent) as (base, _):
         run(*COMMON, f"data.shard_dir={base}/{directory.name}", "model=text", "debug=limit", env={"CROSSMOD_RUN_ID": "mhc"})
@@ -115,7 +115,7 @@ def test_a_fold_run_of_a_served_one_split_dataset_needs_no_split_keys(data_dir, 
 
 def test_prepare_with_folds_stores_each_folds_inner_split_for_evaluation_only_data(tmp_path):
     """Multi3Hate has no splits: a fold run selects on an inner split of its training folds, which a read-only
-    remote copy cannot add later, so `prepare.py --folds k` stores all k of them."""
+    remote copy cannot add later, so `crossmod prepare … folds=k` stores all k of them."""
     from crossmod.recipes.prepare import compose_data, prepare
     from tests.data.sources import layouts
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from crossmod.data.paths import override_value
 from crossmod.data.sample import decode_shard_entry
 from crossmod.data.shards import read_manifest, shard_items, write_json_atomic
 from crossmod.data.tar_reader import shard_samples
@@ -178,13 +179,11 @@ def _prepare_command(manifest: dict[str, Any], num_folds: int, seed: int, splits
     if inner_share is not None and inner_share != INNER_SHARE:
         sets.append(f"inner_share={inner_share}")
     params = manifest.get("params") or {}
-    if "raw_dir" not in params:  # a generated dataset: prepare.py converts raw layouts only
-        data = f"compose_data({json.dumps(manifest['dataset'])}, {json.dumps(sets)})"
-        call = f"from prepare import compose_data, prepare; prepare({data}, folds={num_folds})"
-        return shlex.join(["python", "-c", call])
-    words = ["python", "prepare.py", manifest["dataset"], "--raw-dir", str(params["raw_dir"])]
-    words += ["--on-error", "skip"] if params.get("on_error") == "skip" else []
-    words += ["--folds", str(num_folds), *(word for value in sets for word in ("--set", value))]
+    words = ["crossmod", "prepare", f"data={manifest['dataset']}"]
+    if "raw_dir" in params:  # a generated dataset (synthetic) needs no folder
+        words.append(f"data.raw_dir={override_value(str(params['raw_dir']))}")
+    words += ["data.on_error=skip"] if params.get("on_error") == "skip" else []
+    words += [f"folds={num_folds}", *(f"data.{value}" for value in sets)]
     return shlex.join(words)
 
 
@@ -192,7 +191,7 @@ def missing_folds(
     location: str, manifest: dict[str, Any], num_folds: int, seed: int, splits: list[str], fold: int, inner_share: float | None
 ) -> str:
     """Why a read-only (remote) dataset cannot run `fold`, what its manifest holds instead, and the step that fixes it:
-    a `data.train_splits` override when it has these folds over other splits, else the prepare.py command that stores them.
+    a `data.train_splits` override when it has these folds over other splits, else the `crossmod prepare` command that stores them.
 
     `inner_share` is None when the run needs no inner validation split.
     """

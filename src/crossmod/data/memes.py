@@ -206,7 +206,7 @@ class MemeDataModule(L.LightningDataModule):
         """The one conversion path: `train.py` (through `prepare_data`) and `prepare.py` both come here.
 
         Converts unless the manifest is there (then verifies checksums if `verify`), and stores the fold
-        assignment of a fold run (or `folds` folds, for `prepare.py --folds`). Runs on one process per node
+        assignment of a fold run (or `folds` folds, for `crossmod prepare … folds=k`). Runs on one process per node
         under Lightning; the file lock also covers every rank of a SLURM job, and a login-node `prepare.py`,
         calling it at once (the first converts, the others wait and reuse). Returns the manifest.
         """
@@ -239,7 +239,7 @@ class MemeDataModule(L.LightningDataModule):
             elif self.verify:
                 verify_shards(self.dataset_dir)
             self._record_split_roles()
-            if folds:  # prepare.py --folds: the outer folds and, where the rule needs one, each fold's inner split
+            if folds:  # crossmod prepare … folds=k: the outer folds and, where the rule needs one, each fold's inner split
                 entry = ensure_folds(self.dataset_dir, folds, self.fold_seed, self.fold_splits)
                 for fold in range(folds):
                     if rule_for(fold, self.selection, read_manifest(self.dataset_dir), self.val_splits) == "inner":
@@ -252,7 +252,7 @@ class MemeDataModule(L.LightningDataModule):
 
     def _remote_manifest(self) -> dict[str, Any]:
         """A remote dataset is read, never written: its manifest must already hold what a fold run needs
-        (`python prepare.py … --folds k` stores the folds and their inner splits before the upload)."""
+        (`crossmod prepare … folds=k` stores the folds and their inner splits before the upload)."""
         manifest = read_manifest(self.dataset_dir)
         if self.fold is None:
             return manifest

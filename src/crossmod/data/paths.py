@@ -52,3 +52,11 @@ def ensure_within(root: Path, path: Path, what: str = "path", shown: str | None 
     if real != real_root and not real.is_relative_to(real_root):
         raise OutsideRoot(f"{what} {shown or str(path)!r} is a symlink to {real}, outside {root}; crossmod reads files inside it only")
     return path
+
+
+def override_value(value: str) -> str:
+    """A path as a Hydra override value (`data.raw_dir=<this>`): quoted when it holds characters the override grammar
+    reserves, such as the `=` of Lightning's `epoch=2-step=300.ckpt` names or a space."""
+    if re.fullmatch(r"[\w/.\-~+:@]+", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

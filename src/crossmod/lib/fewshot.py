@@ -1,6 +1,6 @@
 """ToxicTags few-shot VLM prompting with retrieved exemplars (shared/REFERENCE.md §4), the study's method:
 
-    python -m crossmod.lib.fewshot experiment=toxictags_fewshot data.raw_dir=… selection=image_tags shots=4 stage=2
+    crossmod fewshot experiment=toxictags_fewshot data.raw_dir=… selection=image_tags shots=4 stage=2
 
 For every stage (I: toxic/normal; II: hateful/dangerous/offensive/normal, undecided memes left out), every
 shot count and every strategy (`selection=all` runs them side by side), each test meme is asked once with
@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import hydra
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -42,9 +41,7 @@ from crossmod.lib.fewshot_retrieval import (
     strategies_asked,
     tag_vocabulary,
 )
-from crossmod.lib.preflight import prompting
 from crossmod.lib.scoring import scoring_trainer
-from crossmod.lib.user_errors import entry_point
 from crossmod.models.vlm.families import model_type
 
 if TYPE_CHECKING:
@@ -256,9 +253,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     configure_console()
     for key in ("selection", "shots", "stage", "fewshot"):
         if cfg.get(key) is None:
-            raise ValueError(
-                f"`{key}` is not set: run the few-shot recipe, e.g. `python -m crossmod.lib.fewshot experiment=toxictags_fewshot`"
-            )
+            raise ValueError(f"`{key}` is not set: run the few-shot recipe, e.g. `crossmod fewshot experiment=toxictags_fewshot`")
     settings = cfg.fewshot
     strategies = strategies_asked(
         OmegaConf.to_object(cfg.selection) if isinstance(cfg.selection, ListConfig) else cfg.selection, settings.tags_file
@@ -338,14 +333,3 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     text = write_report(Path(cfg.paths.output_dir) / "fewshot", summary, session.rows)
     print(text, flush=True)
     return summary
-
-
-@hydra.main(version_base="1.3", config_path=str(CONFIGS), config_name="train")
-@entry_point(prompting("python -m crossmod.lib.fewshot", "fewshot", "toxictags_fewshot"))
-def main(cfg: DictConfig) -> None:
-    OmegaConf.resolve(cfg)
-    run(cfg)
-
-
-if __name__ == "__main__":
-    main()

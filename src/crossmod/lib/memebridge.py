@@ -1,4 +1,4 @@
-"""MemeBridge prompting protocol: `python -m crossmod.lib.memebridge experiment=memebridge_prompting condition=def|us_rp|cn_rp`.
+"""MemeBridge prompting protocol: `crossmod memebridge experiment=memebridge_prompting condition=def|us_rp|cn_rp`.
 
 Every meme of `memebridge.splits` is asked four questions (MCQ, sentiment, emotions, explanation) under
 one condition (default, U.S. role-play, Chinese role-play: `crossmod.lib.memebridge_prompts`) by batched greedy
@@ -17,7 +17,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import hydra
 import lightning as L
 import numpy as np
 import torch
@@ -43,10 +42,7 @@ from crossmod.evaluation.memebridge import (
 from crossmod.lib.chat_answers import ChatBatches, GreedyAnswers, answer_chats
 from crossmod.lib.console import configure_console
 from crossmod.lib.memebridge_prompts import MemeBridgePrompts
-from crossmod.lib.preflight import prompting
-from crossmod.lib.resolvers import package_configs
 from crossmod.lib.scoring import scoring_trainer
-from crossmod.lib.user_errors import entry_point
 from crossmod.models.sentence_embedder import SentenceEmbedder
 from crossmod.models.vlm.families import model_type
 from crossmod.models.vlm.preprocess import render_chat
@@ -257,14 +253,3 @@ def run(cfg: DictConfig) -> float:
     )
     value = summary["ps"]["value"]
     return float("nan") if value is None else float(value)
-
-
-@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
-@entry_point(prompting("python -m crossmod.lib.memebridge", "memebridge", "memebridge_prompting"))
-def main(cfg: DictConfig) -> float:
-    OmegaConf.resolve(cfg)
-    return run(cfg)
-
-
-if __name__ == "__main__":
-    main()

@@ -76,7 +76,7 @@ def data_folders(cfg: DictConfig, node: str) -> None:
             what = "is not a folder" if not Path(shard_dir).expanduser().is_dir() else f"has no {MANIFEST}"
             raise UserError(
                 f"{node}.shard_dir={shard_dir} {what}: it is not a folder of prepared shards",
-                f"pass {node}.shard_dir=<the folder `python prepare.py <dataset> --raw-dir … --out …` printed as `Shards:`>, "
+                f"pass {node}.shard_dir=<the folder `crossmod prepare data=<dataset> data.raw_dir=…` printed as `Shards:`>, "
                 "or train on the raw data with data=<dataset> data.raw_dir=…",
                 f"{node}.shard_dir",
             )
@@ -154,7 +154,7 @@ def _own_splits(data: DictConfig) -> tuple[list[str], list[str], set[str] | None
         manifest = read_manifest(Path(shard_dir).expanduser())
     except ManifestError as error:
         raise UserError(
-            str(error), "point data.shard_dir at a folder python prepare.py wrote, or convert again", "data.shard_dir"
+            str(error), "point data.shard_dir at a folder crossmod prepare wrote, or convert again", "data.shard_dir"
         ) from error
     roles = split_roles(manifest)
     train = list(data.train_splits) if not OmegaConf.is_interpolation(data, "train_splits") else list(roles["train"])
@@ -296,7 +296,7 @@ def cross_validate(cfg: DictConfig) -> None:
 
 
 def prompting(program: str, settings: str, example: str) -> Check:
-    """zeroshot.py, python -m crossmod.lib.fewshot / crossmod.lib.memebridge: their recipe, every value set, the data there."""
+    """zeroshot.py, crossmod fewshot / crossmod memebridge: their recipe, every value set, the data there."""
 
     def check(cfg: DictConfig) -> None:
         recipe(cfg, program, settings, example)
@@ -350,3 +350,9 @@ def reads(**whats: str) -> Check:
                     raise UserError(f"{key}: {value} does not exist", f"pass {key}=<{what}>", key)
 
     return check
+
+
+def prepare(cfg: DictConfig) -> None:
+    """prepare: the dataset's raw folder is set and has its source's layout (a generated dataset needs none)."""
+    require(cfg, ["data"])
+    data_folders(cfg, "data")

@@ -92,7 +92,7 @@ def _run_datamodule(run_dir: Path, config: dict[str, Any], model: Any) -> Any:
     if not isinstance(dataset, str) and not (Path(dataset) / "manifest.json").is_file():
         raise DatabaseError(
             f"{run_dir}: the shards its training memes are read from ({dataset}, from its config.yaml) are not on this machine",
-            "run this where the run trained, or convert its dataset there first (python prepare.py with the run's data settings)",
+            "run this where the run trained, or convert its dataset there first (crossmod prepare with the run's data settings)",
         )
     return datamodule
 

@@ -86,7 +86,7 @@ def value_hint(key: str) -> str:
     if key.endswith("raw_dir"):
         return f"{key}=<the dataset's folder in its published layout> (docs/datasets.md)"
     if key.endswith("shard_dir"):
-        return f"{key}=<a folder of prepared shards (python prepare.py prints it), or its URL>"
+        return f"{key}=<a folder of prepared shards (crossmod prepare prints it), or its URL>"
     return f"{key}=<value>"
 
 

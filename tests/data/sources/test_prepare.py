@@ -1,4 +1,4 @@
-"""`python prepare.py`: the same conversion outside training, with progress and a summary."""
+"""`crossmod prepare` (`python prepare.py` in a checkout): the same conversion outside training, with progress and a summary."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 
 from crossmod.data.memes import MemeDataModule
 from crossmod.data.shards import read_manifest
-from crossmod.recipes.prepare import compose_data, data_configs, main
+from crossmod.recipes.prepare import compose_data, data_configs
 from tests.conftest import ROOT, scaled
 from tests.data.sources import layouts
 
@@ -19,25 +19,28 @@ def test_lists_the_raw_dataset_configs():
     assert data_configs() == ["hateful_memes", "memebridge", "mhc", "multi3hate", "toxictags"]
 
 
-def test_prepare_skips_counts_and_lands_where_the_datamodule_looks(tmp_path, capsys):
+def _prepare(*overrides: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "crossmod", "prepare", *overrides]
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=scaled(300)
+    )
+
+
+def test_prepare_skips_counts_and_lands_where_the_datamodule_looks(tmp_path):
     raw = layouts.toxictags(tmp_path / "raw", items=16)
     (raw / "images" / "tt5.jpg").write_bytes(b"\xff\xd8\xff broken")
     out = tmp_path / "shards"
-    argv = [
-        "toxictags",
-        "--raw-dir",
-        str(raw),
-        "--out",
-        str(out),
-        "--on-error",
-        "skip",
-        "--set",
-        "source.include_tags=true",
-        "--folds",
-        "2",
+    overrides = [
+        "data=toxictags",
+        f"data.raw_dir={raw}",
+        f"data.shard_root={out}",
+        "data.on_error=skip",
+        "data.source.include_tags=true",
+        "folds=2",
     ]
-    assert main(argv) == 0
-    printed = capsys.readouterr().out
+    done = _prepare(*overrides)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout
     assert "toxictags: 16 inputs read = 15 samples written + 1 skipped" in printed
     assert "toxictags.jsonl:6: id tt5: corrupt or truncated image" in printed
     assert "folds: 2" in printed and "label toxic:" in printed
@@ -49,15 +52,16 @@ def test_prepare_skips_counts_and_lands_where_the_datamodule_looks(tmp_path, cap
     dm = MemeDataModule(heads=dict(data.heads), source=instantiate(data.source), shard_root=str(out))
     assert dm.dataset_dir == directory  # a training run with the same settings reuses these shards
 
-    assert main(argv) == 0
-    assert "already converted" in capsys.readouterr().out
+    again = _prepare(*overrides)
+    assert again.returncode == 0 and "already converted" in again.stdout, again.stderr[-3000:]
+    assert f"Train from them: crossmod train data=toxictags data.shard_root={out} data.raw_dir={raw}" in printed
 
 
 def test_prepare_as_a_module_stops_on_bad_input_with_the_reason(tmp_path):
     raw = layouts.mhc(tmp_path / "raw")
     path = raw / "hatecheck_cases_final_german.csv"
     path.write_text(path.read_text().replace(",non-hateful,", ",maybe,", 1))
-    command = [sys.executable, str(ROOT / "prepare.py"), "mhc", "--raw-dir", str(raw), "--out", str(tmp_path / "shards")]
+    command = [sys.executable, str(ROOT / "prepare.py"), "data=mhc", f"data.raw_dir={raw}", f"data.shard_root={tmp_path / 'shards'}"]
     result = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=scaled(300)
     )

@@ -115,7 +115,7 @@ class RawSource:
                 if self.on_error == "raise":
                     raise RawDataError(
                         record.file,
-                        f"{record.reason} (with data.on_error=skip, or --on-error skip, such inputs are counted and skipped)",
+                        f"{record.reason} (with data.on_error=skip such inputs are counted and skipped)",
                         record.line,
                         record.rel,
                     )

@@ -1,0 +1,24 @@
+"""MemeBridge's prompting protocol: `crossmod memebridge experiment=memebridge_prompting condition=def|us_rp|cn_rp` (src/crossmod/lib/memebridge.py)."""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+import crossmod.lib.resolvers  # noqa: F401  (registers ${run_id:}, ${tiny_vlm:} …)
+from crossmod.lib.preflight import prompting
+from crossmod.lib.resolvers import package_configs
+from crossmod.lib.user_errors import entry_point
+
+
+@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
+@entry_point(prompting("crossmod memebridge", "memebridge", "memebridge_prompting"))
+def main(cfg: DictConfig) -> float:
+    from crossmod.lib.memebridge import run
+
+    OmegaConf.resolve(cfg)
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Config files document their keys, as a config hub does: each key a job reads says what it takes and why, in a comment on
+its line or in the comment lines right above it (a block's comment may cover its first key).
+
+Checked here for every job's own config (src/crossmod/configs/*.yaml: train, evaluate, export, predict, prepare and the
+tools) and every dataset's (data/*.yaml), whose keys are the ones users type on the command line. Hydra's own parts need
+none: a `defaults:` list, a `hydra:` block, `_target_` and `_partial_`; nor do the entries of a `heads:` block, which
+are the heads themselves, described where `heads:` is.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+CONFIGS = Path(__file__).resolve().parents[1] / "src" / "crossmod" / "configs"
+KEY = re.compile(r"^(\s*)([A-Za-z_][\w.@/-]*):(\s|$)")
+HYDRA_BLOCKS = ("defaults", "hydra")
+HYDRA_KEYS = ("_target_", "_partial_")
+DOCUMENTED = sorted([*CONFIGS.glob("*.yaml"), *(CONFIGS / "data").glob("*.yaml")])
+
+
+def undocumented_keys(text: str) -> list[str]:
+    """`line: key` for every key with no comment on its line or on the line(s) right above it."""
+    found, commented, skipping, in_heads = [], False, False, False
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped:
+            commented = False
+            continue
+        indent = len(line) - len(line.lstrip())
+        if (skipping or in_heads) and (indent > 0 or stripped.startswith("-")):
+            continue
+        skipping = in_heads = False
+        if stripped.startswith("#"):
+            commented = True
+            continue
+        match = KEY.match(line)
+        if match and indent == 0 and match.group(2) in HYDRA_BLOCKS:
+            skipping = True
+        elif match and match.group(2) not in HYDRA_KEYS and "#" not in line and not commented:
+            found.append(f"{number}: {match.group(2)}")
+        in_heads = bool(match and indent == 0 and match.group(2) == "heads")
+        commented = False
+    return found
+
+
+def test_the_check_finds_a_key_without_a_comment():
+    text = "# what a is\na: 1\nb: 2   # what b is\nc: 3\ndefaults:\n  - x\nhydra:\n  run: {dir: .}\nd:\n  e: 1   # e\n"
+    assert undocumented_keys(text) == ["4: c", "9: d"]
+    heads = "heads:   # the heads\n  US: {kind: binary}\n_target_: x.Y\nsource:   # s\n  _target_: x.Z\n  k: 1\n"
+    assert undocumented_keys(heads) == ["6: k"]
+
+
+@pytest.mark.parametrize("config", [str(p.relative_to(CONFIGS)) for p in DOCUMENTED])
+def test_every_key_of_a_job_or_dataset_config_is_documented(config):
+    missing = undocumented_keys((CONFIGS / config).read_text())
+    assert not missing, f"src/crossmod/configs/{config}: keys without a comment (type, default, why): {missing}"
