@@ -110,7 +110,7 @@ def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tin
         for o in overrides
     )
     result = train_run(f"experiment={experiment}", "debug=fdr", *data, *overrides)
-    assert "val AUROC" in result.stdout
+    assert "AUROC" in result.stdout and "val / test" in result.stdout  # the per-culture table
     (run_dir,) = train_run.run_dirs(experiment)
     config = OmegaConf.load(run_dir / "config.yaml")
     assert config.name == experiment

@@ -145,7 +145,7 @@ def test_the_hateful_memes_recipe_trains_with_train_py(train_run):
         "trainer.val_check_interval=30",
         "trainer.log_every_n_steps=1",
     )
-    assert "val AUROC" in result.stdout
+    assert "AUROC" in result.stdout and "val / test" in result.stdout  # the per-culture table
     (run_dir,) = train_run.run_dirs("hm_visual_bert")
     rows = list(csv.DictReader(open(run_dir / "csv" / "metrics.csv")))
     losses = [float(row["train/loss"]) for row in rows if row.get("train/loss")]

@@ -1,0 +1,32 @@
+"""The per-culture table lists every metric the evaluation defines (crossmod.evaluation.metrics.METRICS), so a metric
+added there is shown without touching the table; its numbers are the run's own."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from crossmod.evaluation.metrics import METRIC_LABELS, METRICS, REFERENCE_METRICS
+from crossmod.lib.report import culture_table
+
+
+def _printed(metrics: dict) -> str:
+    out = io.StringIO()
+    Console(file=out, width=80).print(culture_table(metrics, "run"))
+    return out.getvalue()
+
+
+def test_every_defined_metric_has_a_column_with_the_runs_numbers():
+    val = {"US": {"auroc": 0.91, "acc": 0.82, "f1": 0.73}, "mean": {"auroc": 0.91, "acc": 0.82, "f1": 0.73}}
+    test = {
+        "US": {"auroc": 0.64, "acc": 0.55, "f1": 0.46, "majority": 0.37},
+        "mean": {"auroc": 0.64, "acc": 0.55, "f1": 0.46, "majority": 0.37},
+    }
+    printed = _printed({"best": {"val": val, "test": test}, "selection_threshold": {"heads": {"US": {"macro_f1_at_val_threshold": 0.28}}}})
+    assert set(METRIC_LABELS) == set(METRICS), "a metric without a label has no column"
+    for metric in METRICS:
+        assert METRIC_LABELS[metric] in printed
+        shown = f"{val['US'][metric]:.3f} / {test['US'][metric]:.3f}" if metric not in REFERENCE_METRICS else f"{test['US'][metric]:.3f}"
+        assert shown in printed, (metric, printed)
+    assert "0.280" in printed and max(len(line) for line in printed.splitlines()) <= 80  # fits a terminal
