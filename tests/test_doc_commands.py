@@ -46,7 +46,7 @@ HYDRA_PROGRAMS |= {"crossmod fewshot": "train", "crossmod memebridge": "train"} 
 # the tools, each a Hydra job with its own config (src/crossmod/configs/<job>.yaml)
 HYDRA_PROGRAMS |= {f"crossmod {job}": job.replace("-", "_") for job in (
     "prepare", "cv-report", "seed-report", "zeroshot-report", "consolidate", "retrieval-db", "wandb-offline",
-)}  # fmt: skip
+)} | {"crossmod synthetic": "synthetic_rule"}  # fmt: skip
 CROSSMOD_TOOLS = {"crossmod", "crossmod --help", "crossmod ls", "crossmod cp"}
 # programs that run a model (a real VLM there needs a GPU); export and the reports only read files
 RUNS_A_MODEL = {
@@ -57,10 +57,7 @@ RUNS_A_MODEL = {
     "predict.py",
 }
 RUNS_A_MODEL |= {f"crossmod {job}" for job in ("train", "cv", "zeroshot", "fewshot", "memebridge", "evaluate", "predict")}
-ARGPARSE_PROGRAMS = re.compile(
-    r"^(scripts/\w+\.py|bench/\w+\.py|-m crossmod\.(lib|data)\.\w+"
-    r"|crossmod synthetic)$"
-)
+ARGPARSE_PROGRAMS = re.compile(r"^(scripts/\w+\.py|bench/\w+\.py|-m crossmod\.(lib|data)\.\w+)$")
 EXTERNAL = {"aws", "apt-get", "sudo"}  # third-party tools; `sudo slurm/local_cluster.sh` is checked below
 BATCH_OPTIONS = re.compile(r"--(nodes|gpus-per-node|ntasks-per-node|array)=(\d+)")
 

@@ -35,11 +35,8 @@ JOBS: dict[str, Job] = {
     "consolidate": Job("crossmod.recipes.consolidate", "a sharded DeepSpeed checkpoint as one file (checkpoint=… output=…)"),
     "retrieval-db": Job("crossmod.recipes.retrieval_db", "add labelled memes to a retrieval culture adapter (adapter=… shards=…)"),
     "wandb-offline": Job("crossmod.recipes.wandb_offline", "read an offline W&B run, no sync (run=…)"),
-    "synthetic": Job("crossmod.data.synthetic", "the synthetic memes' measured rule"),
+    "synthetic": Job("crossmod.recipes.synthetic", "the synthetic memes' measured rule ([markdown=true])"),
 }
-
-# jobs with a command line of their own (argparse) rather than Hydra overrides
-ARGPARSE_JOBS = {"synthetic"}
 
 # `crossmod ls` groups, by the name a user asks for and the config folder that holds them
 GROUPS = {
@@ -109,11 +106,8 @@ def run_job(name: str, args: list[str]) -> object:
     ranks, which rerun `python -m <__main__'s module> <argv>`; spawned workers, which import `__main__` by its module
     name) then start the job itself, not the command line's dispatcher, which would miss the job's name."""
     module = importlib.import_module(JOBS[name].module)
-    if name in ARGPARSE_JOBS:
-        sys.argv = [f"crossmod {name}", *args]  # argparse names the program from argv[0]
-    else:
-        sys.modules["__main__"].__spec__ = module.__spec__
-        sys.argv = [str(module.__file__), *args]
+    sys.modules["__main__"].__spec__ = module.__spec__
+    sys.argv = [str(module.__file__), *args]
     return module.main()
 
 

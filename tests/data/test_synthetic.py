@@ -5,11 +5,11 @@ what the generator measures."""
 from __future__ import annotations
 
 import itertools
-import sys
 from collections import defaultdict
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from sklearn.metrics import roc_auc_score
 
 from crossmod.data import synthetic
@@ -69,11 +69,11 @@ def test_split_ceiling_bounds_every_scoring_of_the_view():
     assert shown["image_only"] == shown["fusion"] and summary["oracle"]["image_only"]["mean"]["auroc"] < 0.75
 
 
-def test_docs_print_what_the_generator_measures(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["synthetic", "--markdown"])
-    synthetic.main()
-    printed = capsys.readouterr().out.strip()
+def test_docs_print_what_the_generator_measures():
+    defaults = OmegaConf.load(ROOT / "src" / "crossmod" / "configs" / "synthetic_rule.yaml")  # what `crossmod synthetic` builds
+    source = SyntheticMemeSource(num_groups=defaults.num_groups, seed=defaults.seed, label_noise=defaults.label_noise)
+    printed = synthetic.summary_markdown(source.summary()).strip()
     tables = printed.split("\n\nMemes on which")[0]
     docs = (ROOT / "docs" / "synthetic.md").read_text()
     missing = [line for line in tables.splitlines() if line and line not in docs]
-    assert not missing, f"docs/synthetic.md is stale; rerun python -m crossmod.data.synthetic --markdown: {missing}"
+    assert not missing, f"docs/synthetic.md is stale; rerun crossmod synthetic markdown=true: {missing}"

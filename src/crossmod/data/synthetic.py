@@ -364,48 +364,23 @@ def disagreement(memes: list[dict[str, Any]], cultures: tuple[str, ...]) -> dict
     }
 
 
-def main() -> None:
-    """Print the generator's measured oracle scores and culture disagreement for the default parameters."""
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--num-groups", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--label-noise", type=float, default=0.01)
-    parser.add_argument("--image-text", default="template", choices=IMAGE_TEXTS, help="what the picture's meme text says")
-    parser.add_argument("--markdown", action="store_true", help="print tables instead of JSON")
-    args = parser.parse_args()
-    source = SyntheticMemeSource(num_groups=args.num_groups, seed=args.seed, label_noise=args.label_noise, image_text=args.image_text)
-    summary = source.summary()
-    if not args.markdown:
-        print(json.dumps(summary, indent=1))
-        return
+def summary_markdown(summary: dict) -> str:
+    """The generator's measured oracle scores and culture disagreement (`SyntheticMemeSource.summary()`) as the tables
+    docs/synthetic.md shows (`crossmod synthetic markdown=true` prints them)."""
     cultures = [c for c in summary["oracle"]["fusion"] if c != "mean"]
-    print("| family sees | " + " | ".join(f"{c} AUROC / acc" for c in cultures) + " | mean AUROC / acc |")
-    print("|---|" + "---|" * (len(cultures) + 1))
+    lines = ["| family sees | " + " | ".join(f"{c} AUROC / acc" for c in cultures) + " | mean AUROC / acc |"]
+    lines.append("|---|" + "---|" * (len(cultures) + 1))
     for family, scores in summary["oracle"].items():
         cells = [f"{scores[c]['auroc']:.3f} / {scores[c]['acc']:.3f}" for c in [*cultures, "mean"]]
-        print(f"| {family} | " + " | ".join(cells) + " |")
-    print()
+        lines.append(f"| {family} | " + " | ".join(cells) + " |")
     splits = summary["oracle_by_split"]
-    print("| family sees | " + " | ".join(f"{split} mean AUROC" for split in splits) + " |")
-    print("|---|" + "---|" * len(splits))
+    lines += ["", "| family sees | " + " | ".join(f"{split} mean AUROC" for split in splits) + " |"]
+    lines.append("|---|" + "---|" * len(splits))
     for family in summary["oracle"]:
-        print(f"| {family} | " + " | ".join(f"{splits[split][family]['mean']['auroc']:.3f}" for split in splits) + " |")
-    print()
-    print("| culture | positive rate |")
-    print("|---|---|")
-    for culture, rate in summary["disagreement"]["positive_rate"].items():
-        print(f"| {culture} | {rate:.3f} |")
-    print()
-    print(f"Memes on which at least two cultures disagree: {summary['disagreement']['any']:.3f}")
-    print()
-    print("| pair | disagreement |")
-    print("|---|---|")
-    for pair, share in summary["disagreement"]["pairs"].items():
-        print(f"| {pair} | {share:.3f} |")
-
-
-if __name__ == "__main__":
-    main()
+        lines.append(f"| {family} | " + " | ".join(f"{splits[split][family]['mean']['auroc']:.3f}" for split in splits) + " |")
+    lines += ["", "| culture | positive rate |", "|---|---|"]
+    lines += [f"| {culture} | {rate:.3f} |" for culture, rate in summary["disagreement"]["positive_rate"].items()]
+    lines += ["", f"Memes on which at least two cultures disagree: {summary['disagreement']['any']:.3f}", ""]
+    lines += ["| pair | disagreement |", "|---|---|"]
+    lines += [f"| {pair} | {share:.3f} |" for pair, share in summary["disagreement"]["pairs"].items()]
+    return "\n".join(lines)
