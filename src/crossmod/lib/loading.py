@@ -124,7 +124,7 @@ def _attach_training_bank(model: Any, run_dir: Path, config: dict[str, Any], sha
         raise ValueError(f"{run_dir} classifies by retrieval: score it without ZeRO-3, or export it (export.py kind=retrieval)")
     from crossmod.lib.retrieval_db import run_training_bank
 
-    model.retrieval_bank = run_training_bank(run_dir, config, model)
+    model.use_bank(run_training_bank(run_dir, config, model))
 
 
 def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: str | None) -> tuple[MemeClassifier, dict[str, Any]]:

@@ -223,11 +223,10 @@ def attach(model: Any, folder: Path, card: dict[str, Any]) -> None:
     database = read_database(folder, facts)
     settings = {key: facts[key] for key in ("k", "weighting") if key in facts}
     try:
-        model.retrieval = RetrievalSettings.of(settings)
+        vote = RetrievalSettings.of(settings)
     except (TypeError, ValueError) as error:
         raise DatabaseError(f"{folder / 'culture_card.json'}: retrieval settings {settings}: {error}"[:300]) from None
-    model.classify = "retrieval"
-    model.retrieval_bank = database.bank(card["culture"])
+    model.score_by_retrieval(database.bank(card["culture"]), vote)
 
 
 def _shards_dataset(shards: str) -> str | None:

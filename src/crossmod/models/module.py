@@ -179,6 +179,17 @@ class MemeClassifier(L.LightningModule):
             raise ValueError(f"{type(self.backbone).__name__} returns logits per modality, no shared meme embedding for RGCL or retrieval")
         return output
 
+    def use_bank(self, bank: Bank) -> None:
+        """The memes retrieval votes among and RGCL mines: the training memes under the current weights (built by
+        src/crossmod/lib/callbacks/retrieval_bank.py in a run, by the loader for a finished one)."""
+        self.retrieval_bank = bank
+
+    def score_by_retrieval(self, bank: Bank, settings: RetrievalSettings) -> None:
+        """Score by the nearest labelled memes of `bank` (an exported retrieval adapter's database), with the vote's
+        `settings` (k, weighting), instead of the head layers."""
+        self.classify, self.retrieval = "retrieval", settings
+        self.use_bank(bank)
+
     def _bank(self) -> Bank:
         if self.retrieval_bank is not None and self.retrieval_bank.embeddings.device != self.device:
             self.retrieval_bank = self.retrieval_bank.to(self.device)  # once, on the first batch on another device

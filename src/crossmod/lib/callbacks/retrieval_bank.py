@@ -24,7 +24,7 @@ class RetrievalBank(L.Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if getattr(module, "rgcl", None) is not None:
-            module.retrieval_bank = build_bank(trainer, module)
+            module.use_bank(build_bank(trainer, module))
 
     def on_validation_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._for_scoring(trainer, module)
@@ -38,7 +38,7 @@ class RetrievalBank(L.Callback):
     @staticmethod
     def _for_scoring(trainer: L.Trainer, module: L.LightningModule) -> None:
         if getattr(module, "classify", "head") == "retrieval":
-            module.retrieval_bank = build_bank(trainer, module)
+            module.use_bank(build_bank(trainer, module))
 
 
 def embedded(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
