@@ -2,7 +2,8 @@
 its line or in the comment lines right above it (a block's comment may cover its first key).
 
 Checked here for every job's own config (src/crossmod/configs/*.yaml: train, evaluate, export, predict, prepare and the
-tools) and every dataset's (data/*.yaml), whose keys are the ones users type on the command line. Hydra's own parts need
+tools), every dataset's (data/) and the trainer, strategy, logger, callback, path, eval_data, debug and multirun
+groups: the keys users type on the command line. Hydra's own parts need
 none: a `defaults:` list, a `hydra:` block, `_target_` and `_partial_`; nor do the entries of a `heads:` block, which
 are the heads themselves, described where `heads:` is.
 """
@@ -18,7 +19,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "src" / "crossmod" / "configs"
 KEY = re.compile(r"^(\s*)([A-Za-z_][\w.@/-]*):(\s|$)")
 HYDRA_BLOCKS = ("defaults", "hydra")
 HYDRA_KEYS = ("_target_", "_partial_")
-DOCUMENTED = sorted([*CONFIGS.glob("*.yaml"), *(CONFIGS / "data").glob("*.yaml")])
+GROUPS = ("data", "trainer", "strategy", "logger", "callbacks", "paths", "eval_data", "debug", "multirun")
+DOCUMENTED = sorted([*CONFIGS.glob("*.yaml"), *(path for group in GROUPS for path in (CONFIGS / group).glob("*.yaml"))])
 
 
 def undocumented_keys(text: str) -> list[str]:
@@ -54,6 +56,6 @@ def test_the_check_finds_a_key_without_a_comment():
 
 
 @pytest.mark.parametrize("config", [str(p.relative_to(CONFIGS)) for p in DOCUMENTED])
-def test_every_key_of_a_job_or_dataset_config_is_documented(config):
+def test_every_key_of_a_documented_config_is_documented(config):
     missing = undocumented_keys((CONFIGS / config).read_text())
     assert not missing, f"src/crossmod/configs/{config}: keys without a comment (type, default, why): {missing}"
