@@ -2,10 +2,10 @@
 its line or in the comment lines right above it (a block's comment may cover its first key).
 
 Checked here for every job's own config (src/crossmod/configs/*.yaml: train, evaluate, export, predict, prepare and the
-tools), every dataset's (data/) and the trainer, strategy, logger, callback, path, eval_data, debug and multirun
+tools), every dataset's (data/) and model family's (model/), and the trainer, strategy, logger, callback, path, eval_data, debug and multirun
 groups: the keys users type on the command line. Hydra's own parts need
-none: a `defaults:` list, a `hydra:` block, `_target_` and `_partial_`; nor do the entries of a `heads:` block, which
-are the heads themselves, described where `heads:` is.
+none: a `defaults:` list, a `hydra:` block, `_target_` and `_partial_`; nor do the entries of a `heads:` or
+`native_sets:` block, which are data (the heads themselves, a study's prompts per language), described at the block.
 """
 
 from __future__ import annotations
@@ -19,31 +19,34 @@ CONFIGS = Path(__file__).resolve().parents[1] / "src" / "crossmod" / "configs"
 KEY = re.compile(r"^(\s*)([A-Za-z_][\w.@/-]*):(\s|$)")
 HYDRA_BLOCKS = ("defaults", "hydra")
 HYDRA_KEYS = ("_target_", "_partial_")
-GROUPS = ("data", "trainer", "strategy", "logger", "callbacks", "paths", "eval_data", "debug", "multirun")
+DATA_BLOCKS = ("heads", "native_sets")  # their entries are data (heads, a study's prompts), described at the block
+GROUPS = ("data", "model", "trainer", "strategy", "logger", "callbacks", "paths", "eval_data", "debug", "multirun")
 DOCUMENTED = sorted([*CONFIGS.glob("*.yaml"), *(path for group in GROUPS for path in (CONFIGS / group).glob("*.yaml"))])
 
 
 def undocumented_keys(text: str) -> list[str]:
     """`line: key` for every key with no comment on its line or on the line(s) right above it."""
-    found, commented, skipping, in_heads = [], False, False, False
+    found, commented, inside = [], False, None  # inside: the indent of a block whose entries are exempt
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped:
             commented = False
             continue
         indent = len(line) - len(line.lstrip())
-        if (skipping or in_heads) and (indent > 0 or stripped.startswith("-")):
+        if inside is not None and (indent > inside or (indent == inside and stripped.startswith("-"))):
             continue
-        skipping = in_heads = False
+        inside = None
         if stripped.startswith("#"):
             commented = True
             continue
         match = KEY.match(line)
-        if match and indent == 0 and match.group(2) in HYDRA_BLOCKS:
-            skipping = True
-        elif match and match.group(2) not in HYDRA_KEYS and "#" not in line and not commented:
-            found.append(f"{number}: {match.group(2)}")
-        in_heads = bool(match and indent == 0 and match.group(2) == "heads")
+        key = match.group(2) if match else None
+        if key and indent == 0 and key in HYDRA_BLOCKS:
+            inside = 0
+        elif key and key not in HYDRA_KEYS and "#" not in line and not commented:
+            found.append(f"{number}: {key}")
+        if key in DATA_BLOCKS:
+            inside = indent
         commented = False
     return found
 
