@@ -7,7 +7,7 @@ same pre-built batches (collated once by the model's preprocessor, cycled), the 
 schedule (`parameter_groups()` + the config's optimizer and warmup schedule), the same number of
 steps; the first `--warmup` steps of every run are excluded. Variants, interleaved per round:
 
-* `plain`: `for batch: loss = model._loss(model(batch), labels); backward; step; scheduler.step; zero_grad`
+* `plain`: `for batch: loss = model.heads_loss(model(batch), labels); backward; step; scheduler.step; zero_grad`
 * `trainer_bare`: `Trainer.fit` with the real `MemeClassifier.training_step` on a DataLoader over the
   batches (`batch_size=None`), no logger, checkpointing, progress bar or model summary
 * `trainer_configured`: the Trainer as `train.py` builds it (`trainer=cpu`, `callbacks=default`, the
@@ -91,7 +91,7 @@ def plain_loop(base, batches: list[dict], warmup: int, steps: int) -> dict[str, 
         if i == warmup + steps:
             return step_times(starts, warmup, steps)
         batch = batches[i % len(batches)]
-        loss = model._loss(model(batch), batch["labels"])
+        loss = model.heads_loss(model(batch), batch["labels"])
         loss.backward()
         optimizer.step()
         if scheduler is not None:

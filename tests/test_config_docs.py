@@ -2,10 +2,13 @@
 its line or in the comment lines right above it (a block's comment may cover its first key).
 
 Checked here for every job's own config (src/crossmod/configs/*.yaml: train, evaluate, export, predict, prepare and the
-tools), every dataset's (data/) and model family's (model/), and the trainer, strategy, logger, callback, path, eval_data, debug and multirun
-groups: the keys users type on the command line. Hydra's own parts need
-none: a `defaults:` list, a `hydra:` block, `_target_` and `_partial_`; nor do the entries of a `heads:` or
-`native_sets:` block, which are data (the heads themselves, a study's prompts per language), described at the block.
+tools), every dataset's (data/) and model family's (model/), and the trainer, strategy, logger, callback, path, eval_data,
+debug and multirun groups: the keys users type on the command line; and for the studies' recipes: the experiments
+(experiment/), the shared Hateful Memes protocol (recipe/), the W&B sweeps (sweeps/), the Optuna search (hparams_search/)
+and crossmod's Hydra settings (hydra/, hydra/launcher/: their keys sit at the file's top level, so they are checked like
+any other). Hydra's own parts need none: a `defaults:` list, a top-level `hydra:` block, `_target_` and `_partial_`; nor
+do the entries of a `heads:` or `native_sets:` block, which are data (the heads themselves, a study's prompts per
+language), described at the block. Personal configs under local/ (git-ignored) are not checked.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ KEY = re.compile(r"^(\s*)([A-Za-z_][\w.@/-]*):(\s|$)")
 HYDRA_BLOCKS = ("defaults", "hydra")
 HYDRA_KEYS = ("_target_", "_partial_")
 DATA_BLOCKS = ("heads", "native_sets")  # their entries are data (heads, a study's prompts), described at the block
-GROUPS = ("data", "model", "trainer", "strategy", "logger", "callbacks", "paths", "eval_data", "debug", "multirun")
+GROUPS = (
+    *("data", "model", "trainer", "strategy", "logger", "callbacks", "paths", "eval_data", "debug", "multirun"),
+    *("experiment", "recipe", "sweeps", "hparams_search", "hydra", "hydra/launcher"),
+)
 DOCUMENTED = sorted([*CONFIGS.glob("*.yaml"), *(path for group in GROUPS for path in (CONFIGS / group).glob("*.yaml"))])
 
 

@@ -46,7 +46,7 @@ def _datamodules(tmp_path, world: int, fold: int, selection: str, own_val: bool,
             batch_size=8,
         )
         dm.prepare_data()
-        dm.trainer = SimpleNamespace(global_rank=rank, world_size=world, lightning_module=None)
+        dm.trainer = SimpleNamespace(global_rank=rank, world_size=world, lightning_module=None, strategy=None)
         dm.setup("fit")
         modules.append(dm)
     return modules

@@ -29,7 +29,7 @@ def _datamodule(tmp_path, rank=0, world=1, **kwargs) -> MemeDataModule:
     source = SyntheticMemeSource(num_groups=kwargs.pop("num_groups", 30), image_size=32)
     dm = MemeDataModule(heads=HEADS, source=source, shard_root=str(tmp_path), preprocessor=IdsOnly(), **kwargs)
     dm.prepare_data()
-    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world, lightning_module=None)
+    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world, lightning_module=None, strategy=None)
     dm.setup("fit")
     return dm
 

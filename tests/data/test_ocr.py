@@ -124,10 +124,10 @@ def test_a_dataset_without_text_is_converted_with_captions_read_off_its_images(t
 
     plain = datamodule()
     with pytest.raises(Exception, match=rf"empty or missing 'text' for id {items[0]['id']}"):
-        plain.convert()
+        plain.conversion.convert()
     read = datamodule(ocr={"engine": "rapidocr", "langs": ["en", "de"], "cache": str(tmp_path / "ocr.jsonl")})
     assert read.dataset_dir != plain.dataset_dir  # the engine is part of the shards' fingerprint
-    read.convert()
+    read.conversion.convert()
     samples = {s["id"]: s for s in read_samples(read.dataset_dir)}
     for item, lang in zip(items[:2], ("en", "de")):
         sample = samples[f"hateful_memes/{item['id']}"]

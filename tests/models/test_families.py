@@ -93,7 +93,7 @@ def one_batch(model: MemeClassifier, size: int = 8) -> dict:
 
 
 def loss_of(model: MemeClassifier, batch: dict) -> torch.Tensor:
-    return model._loss(model(batch), batch["labels"])
+    return model.heads_loss(model(batch), batch["labels"])
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -272,7 +272,7 @@ def test_every_family_with_a_meme_embedding_trains_with_rgcl_and_classifies_by_r
     trained = [p for name, p in model.backbone.named_parameters() if p.requires_grad and p.grad is not None and p.grad.abs().sum() > 0]
     assert trained, f"{family}: the RGCL loss reaches no backbone parameter"
     model.eval()
-    model.retrieval_bank = bank
+    model.use_bank(bank)
     with torch.no_grad():
         logits = model(batch)
     assert set(logits) == set(model.heads) and all(torch.isfinite(v).all() and v.abs().max() <= 1 for v in logits.values())

@@ -68,7 +68,7 @@ def test_loss_and_gradients_are_the_towers(folders, tmp_path):
     def loss_and_grads() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         model.zero_grad()
         torch.manual_seed(0)  # LoRA dropout draws the same masks on either path
-        loss = model._loss(model(batch), batch["labels"])
+        loss = model.heads_loss(model(batch), batch["labels"])
         loss.backward()
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 

@@ -58,7 +58,7 @@ def batch_of(model: MemeClassifier, size: int = 6) -> dict:
 
 
 def loss_of(model: MemeClassifier, batch: dict) -> torch.Tensor:
-    return model._loss(model(batch), batch["labels"])
+    return model.heads_loss(model(batch), batch["labels"])
 
 
 def saved_bytes(step) -> int:
@@ -314,7 +314,7 @@ def test_scores_and_trains_with_every_parameter_in_bf16(mode, tiny_vlms, tmp_pat
     batch = {k: v.to(torch.bfloat16) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in batch_of(model).items()}
     logits = model(batch)
     assert all(v.dtype == torch.float32 and torch.isfinite(v).all() for v in logits.values())
-    loss = model._loss(logits, batch["labels"])
+    loss = model.heads_loss(logits, batch["labels"])
     loss.backward()
     assert any(p.grad is not None for n, p in model.named_parameters() if "lora_" in n)
 

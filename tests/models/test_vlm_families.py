@@ -93,12 +93,12 @@ def test_head_mode_trains_lora_and_heads_only(kind, folders, tmp_path):
     logits = model(batch)
     assert set(logits) == set(model.heads) and all(torch.isfinite(v).all() for v in logits.values())
     optimizer = torch.optim.AdamW(model.parameter_groups(), lr=5e-3)
-    first = model._loss(model(batch), batch["labels"]).item()
+    first = model.heads_loss(model(batch), batch["labels"]).item()
     for _ in range(5):
         optimizer.zero_grad()
-        model._loss(model(batch), batch["labels"]).backward()
+        model.heads_loss(model(batch), batch["labels"]).backward()
         optimizer.step()
-    assert model._loss(model(batch), batch["labels"]).item() < first
+    assert model.heads_loss(model(batch), batch["labels"]).item() < first
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -148,7 +148,7 @@ def test_exported_adapter_loads_back_with_peft_to_the_same_logits(kind, folders,
     optimizer = torch.optim.AdamW(model.parameter_groups(), lr=5e-3)
     for _ in range(3):  # move LoRA B away from zero, so the adapter changes the logits
         optimizer.zero_grad()
-        model._loss(model(batch), batch["labels"]).backward()
+        model.heads_loss(model(batch), batch["labels"]).backward()
         optimizer.step()
     exported = model.export_adapter(tmp_path / "adapter")
     model.eval()

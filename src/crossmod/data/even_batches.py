@@ -18,6 +18,12 @@ import torch
 FILLER = "filler"
 
 
+def is_zero3(strategy: Any) -> bool:
+    """The one place that asks whether parameters are partitioned across ranks (DeepSpeed ZeRO stage 3), so that every
+    forward pass is a collective. Here, in the lowest layer, because the datamodule asks it of its trainer's strategy."""
+    return bool(getattr(strategy, "zero_stage_3", False))
+
+
 class EvenBatches:
     """Wraps one rank's eval loader; `any_rank_has_data(flag)` is a sum-reduce over ranks."""
 

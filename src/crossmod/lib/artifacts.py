@@ -332,7 +332,7 @@ def _export_database(
         return
     database, unlabelled = run_training_memes(run_dir, info["config"], model, culture)
     source = {"from": f"the training memes of run {run_dir.name}", "memes": len(database.ids), "unlabelled_left_out": unlabelled}
-    retrieval = {"k": model.retrieval.k, "weighting": model.retrieval.weighting}
+    retrieval = {"k": model.retrieval_settings.k, "weighting": model.retrieval_settings.weighting}
     card["retrieval"] = {**retrieval, **write_database(out, database), "sources": [source]}
     # the run's held-out and selection memes by content, so `add` refuses them under any id
     card["retrieval"]["unseen"] = unseen_content(run_dir, info["config"], model, out, card)

@@ -31,7 +31,7 @@ from crossmod.evaluation.functional import functional_metrics
 from crossmod.lib.evaluating import Loaded, evaluate, one_device_scorer
 from crossmod.lib.scored_splits import RunFacts, ScoredSplit, run_facts, scored_splits
 from crossmod.lib.user_errors import UserError
-from crossmod.models.module import MemeClassifier
+from crossmod.models.scoring_rules import HeadScores
 
 
 class EvalDataError(UserError, ValueError):
@@ -112,7 +112,7 @@ def trained_head(
 def plan_transfer(eval_data: Any, options: TransferOptions, model: Any) -> TransferPlan:
     """Convert eval_data, map the heads and check the inputs: everything that could stop the scoring, before training."""
     datamodule: MemeDataModule = instantiate(eval_data)
-    manifest = datamodule.convert()
+    manifest = datamodule.conversion.convert()
     dataset = manifest["dataset"]
     eval_head = hate_head(datamodule.heads, dataset)
     if eval_head.name not in manifest["heads"]:
@@ -121,7 +121,7 @@ def plan_transfer(eval_data: Any, options: TransferOptions, model: Any) -> Trans
         )
     head, rule = trained_head(model.heads, eval_head, options.head, dataset)
     placeholder = RunFacts(name="this run")  # the memes split= names, read once here to check them
-    (scored,) = scored_splits([placeholder], options.split, datamodule.dataset_dir, datamodule.test_splits).values()
+    (scored,) = scored_splits([placeholder], options.split, datamodule.dataset_dir, datamodule.folds.test_splits).values()
     try:
         check_inputs(scored.records, model.preprocessor.needs, frozenset(options.allow_missing))
     except ValueError as error:
@@ -151,7 +151,10 @@ class ScoredAs(L.LightningModule):
         (name,) = self.heads
         return {name: self.model(batch)[self.trained]}
 
-    predict_step = MemeClassifier.predict_step  # the same probabilities, of the mapped head (src/crossmod/lib/scoring.py)
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        """The probabilities of its forward (the classifier's own scoring rule, the mapped head), as a classifier's
+        predict step gives them (src/crossmod/lib/scoring.py)."""
+        return HeadScores().predict(self, batch)
 
 
 def selected_model(run_dir: Path, scored_weights: str | None, model: Any, sharded: bool) -> tuple[Any, str]:
@@ -201,7 +204,7 @@ def score_transfer(
     selection["description"] = f"{selection.get('description', 'unknown rule')}; chosen on {chosen_on}, never on {plan.dataset}"
     facts = dataclasses.replace(facts, selection=selection)
     options = plan.options
-    scored: ScoredSplit = scored_splits([facts], options.split, plan.datamodule.dataset_dir, plan.datamodule.test_splits)[facts.name]
+    scored: ScoredSplit = scored_splits([facts], options.split, plan.datamodule.dataset_dir, plan.datamodule.folds.test_splits)[facts.name]
     if options.split == "all":
         scored.scored = f"all of {plan.dataset}, every split ({'+'.join(sorted({r.get('split') or 'all' for r in scored.records}))})"
     loaded, weights = selected_model(run_dir, scored_weights, model, sharded)

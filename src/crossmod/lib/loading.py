@@ -76,7 +76,7 @@ def load(
         chosen = checkpoint or ("best" if run_dir == path else str(path))
         model, info = _run(run_dir, chosen, sharded, bases, command)
         info.update(kind="run", run_dir=str(run_dir))
-        if retrieval_bank and getattr(model, "classify", "head") == "retrieval":
+        if retrieval_bank and model.scoring.needs_bank:
             _attach_training_bank(model, run_dir, info["config"], sharded)
         return model, info
     if path.is_file() and path.suffix == ".ckpt":
@@ -188,7 +188,7 @@ def _checkpoint(path: Path, sharded: bool = False, changed: Mapping[str, Any] | 
 def _restore_when_built(model: MemeClassifier, state: dict[str, torch.Tensor], sharded: bool) -> None:
     """Build now and restore, or (sharded) restore right after Lightning builds the model in partitions."""
     if sharded:
-        model.after_build = lambda built: restore_weights(built, state)
+        model.when_built(lambda built: restore_weights(built, state))
     else:
         model.configure_model()
         restore_weights(model, state)

@@ -7,6 +7,7 @@ held-out fold is the test stage, scored once at the end, and no choice made duri
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from crossmod.lib.selection import NO_VALIDATION, without_selection
 from crossmod.lib.slurm import SlurmRequeue, check_allocation, scoring_weights_in_memory
 from crossmod.lib.strategies import with_default_strategy
 from crossmod.lib.threads import share_cores
+from crossmod.models.backbone import Adapters
 from crossmod.models.sharding import is_zero3, parameter_counts
 
 
@@ -95,8 +97,53 @@ def close_process_group() -> None:
         dist.destroy_process_group()
 
 
-def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -> dict[str, Any]:
+@dataclass
+class RunParts:
+    """What a run is made of: its data, model, trainer and loggers, the eval_data plan (or None), and whether it
+    validates at all (cv.selection=last does not)."""
 
+    datamodule: Any
+    model: Any
+    trainer: L.Trainer
+    loggers: list[Any]
+    transfer: Any
+    no_validation: bool
+
+
+@dataclass
+class ScoredWeights:
+    """What scoring the selected weights gave: the scores, the checkpoint the rule chose (None: the final weights), the
+    weights eval_data is scored with, and the rule's description (saying so when a selection did not happen)."""
+
+    scores: dict[str, Any]
+    best: str | None
+    weights: str | None
+    rule: str
+    description: str
+
+
+def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -> dict[str, Any]:
+    parts = _build(cfg, interruption)
+    if parts.trainer.is_global_zero:
+        save_config(cfg, run_dir)
+    for logger in parts.loggers:
+        logger.log_hyperparams(_loggable(cfg))
+    final_val: dict[str, float] = {}
+    if cfg.get("train", True):
+        parts.trainer.fit(parts.model, datamodule=parts.datamodule, ckpt_path=cfg.get("ckpt_path"))
+        final_val = {k: float(v) for k, v in parts.trainer.callback_metrics.items() if k.startswith("val/")}
+    scored = _score_selected(cfg, parts)
+    metrics = _metrics(cfg, parts, scored, final_val)
+    if isinstance(parts.model.backbone, Adapters) and cfg.model.get("fusion", {}).get("lora"):
+        # every rank takes part (ZeRO-3 gathers the adapter collectively); rank 0 writes the scored weights
+        metrics["adapter"] = str(parts.model.export_adapter(run_dir / "adapter", write=parts.trainer.is_global_zero))
+    if parts.trainer.is_global_zero:
+        _write_run(cfg, run_dir, parts, scored, metrics)
+    return metrics
+
+
+def _build(cfg: DictConfig, interruption: InterruptionCheckpoint) -> RunParts:
+    """Data, model (its preprocessor connected to the data), callbacks, loggers and trainer, from the composed config."""
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model, _recursive_=False)
     datamodule.connect(model.preprocessor)  # the model's side hands the data what it needs; data never reaches into it
@@ -108,40 +155,28 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
     # Exact resume everywhere (RNG states travel in checkpoints, as the datamodule's stream position does);
     # the signal handling and requeue only inside a SLURM job.
     callbacks = _instantiate_all(cfg.get("callbacks")) + [RngStates(), SlurmRequeue(enabled=SLURMEnvironment.detect()), interruption]
-    no_validation = datamodule.selection == "last"  # fixed schedule, final weights (fold run or not): no validation loop
+    no_validation = datamodule.folds.selection == "last"  # fixed schedule, final weights (fold run or not): no validation loop
     if no_validation:
         callbacks = without_selection(callbacks)
     loggers = _instantiate_all(cfg.get("logger"))
     trainer_cfg = with_default_strategy(cfg.trainer)
     trainer: L.Trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False, **(NO_VALIDATION if no_validation else {}))
-    datamodule.lockstep_eval_under_sharding = is_zero3(trainer.strategy)  # sharded forwards are collectives
     share_cores(trainer.num_devices)  # this run's processes on the node share its cores
+    return RunParts(datamodule, model, trainer, loggers, transfer, no_validation)
 
-    if trainer.is_global_zero:
-        save_config(cfg, run_dir)
-    for logger in loggers:
-        logger.log_hyperparams(_loggable(cfg))
 
-    final_val: dict[str, float] = {}
-    if cfg.get("train", True):
-        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-        final_val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-
+def _score_selected(cfg: DictConfig, parts: RunParts) -> ScoredWeights:
+    """Validation, then the test stage once, with the weights the selection rule chose (the final ones where it chose
+    none, and the description says why)."""
+    trainer, model, datamodule = parts.trainer, parts.model, parts.datamodule
     best = _best_checkpoint(trainer)
     final_weights_why = None  # set when a rule that selects a checkpoint ended up scoring the final weights
-    if no_validation:
+    if parts.no_validation:
         where = "the held-out fold" if cfg.get("fold") is not None else "the test split"
         rank_zero_info(f"cv.selection=last: scoring the final weights on {where}, once.")
     elif not best and cfg.get("train", True):
-        monitor = _monitor(trainer)
-        if trainer.fast_dev_run:
-            why = "fast_dev_run suppresses checkpointing"
-        elif monitor:
-            why = f"no validation could be ranked by {monitor}; see the warnings above"
-        else:
-            why = "checkpointing disabled or no validation"
-        rank_zero_info(f"No best checkpoint ({why}): scoring the final weights.")
-        final_weights_why = why
+        final_weights_why = _why_no_checkpoint(trainer)
+        rank_zero_info(f"No best checkpoint ({final_weights_why}): scoring the final weights.")
     ckpt_path = best or (None if cfg.get("train", True) else cfg.get("ckpt_path"))
     scored_weights = ckpt_path  # what eval_data is scored with, too
     if ckpt_path and is_zero3(trainer.strategy):
@@ -152,53 +187,70 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
     scores: dict[str, Any] = {}
     with scoring_weights_in_memory(trainer):  # ckpt_path=None means these weights, also after a SLURM requeue
         # Lightning returns no results for a loop limited to 0 batches (trainer.limit_val_batches=0): nothing to add
-        if not no_validation:
+        if not parts.no_validation:
             scores.update(next(iter(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
         if cfg.get("test", True) and datamodule.has_test_stage:
             scores.update(next(iter(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
     if cfg.get("test", True) and not datamodule.has_test_stage:
-        rank_zero_info(f"dataset {datamodule.manifest['dataset']} has no test split {datamodule.test_splits}: no test stage.")
+        rank_zero_info(f"dataset {datamodule.manifest['dataset']} has no test split {datamodule.folds.test_splits}: no test stage.")
     rule = datamodule.selection_rule
     description = RULES[rule]
     if final_weights_why:  # the rule names a selection that did not happen: say what was scored
         description = f"final weights after the configured schedule, no checkpoint selected ({final_weights_why})"
+    return ScoredWeights(scores, best, scored_weights, rule, description)
 
-    metrics = {
+
+def _why_no_checkpoint(trainer: L.Trainer) -> str:
+    monitor = _monitor(trainer)
+    if trainer.fast_dev_run:
+        return "fast_dev_run suppresses checkpointing"
+    if monitor:
+        return f"no validation could be ranked by {monitor}; see the warnings above"
+    return "checkpointing disabled or no validation"
+
+
+def _metrics(cfg: DictConfig, parts: RunParts, scored: ScoredWeights, final_val: dict[str, float]) -> dict[str, Any]:
+    """metrics.json's record of the run: what it was, which rule chose the scored weights, and their scores."""
+    trainer = parts.trainer
+    selection = {"rule": scored.rule, "description": scored.description, "weights": scored.best or "final", "monitor": _monitor(trainer)}
+    return {
         "experiment": cfg.label,
         "variants": run_variants(cfg, task_overrides(cfg)),
         "fold": cfg.get("fold"),
         "num_folds": cfg.get("num_folds") if cfg.get("fold") is not None else None,
         "seed": cfg.seed,
-        "best_checkpoint": best,
-        "selection": {"rule": rule, "description": description, "weights": best or "final", "monitor": _monitor(trainer)},
+        "best_checkpoint": scored.best,
+        "selection": selection,
         "global_step": trainer.global_step,
         "epochs": trainer.current_epoch,
-        "parameters": parameter_counts(model.parameters()),
-        "environment": run_environment(trainer, datamodule.num_workers),
-        "best": {"val": nest(scores, "val"), "test": nest(scores, "test")},
+        "parameters": parameter_counts(parts.model.parameters()),
+        "environment": run_environment(trainer, parts.datamodule.streaming.num_workers),
+        "best": {"val": nest(scored.scores, "val"), "test": nest(scored.scores, "test")},
         "final": {"val": nest(final_val, "val")},
     }
-    if getattr(model.backbone, "save_adapter", None) and cfg.model.get("fusion", {}).get("lora"):
-        # every rank takes part (ZeRO-3 gathers the adapter collectively); rank 0 writes the scored weights
-        metrics["adapter"] = str(model.export_adapter(run_dir / "adapter", write=trainer.is_global_zero))
-    if trainer.is_global_zero:
-        copy_manifest(datamodule.dataset_dir, run_dir)
-        metrics["selection_threshold"] = threshold_on_selection(run_dir / "predictions")
+
+
+def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWeights, metrics: dict[str, Any]) -> None:
+    """Rank 0: the manifest, metrics.json (with the threshold chosen on the selection set, and eval_data's scores) and
+    the per-culture table."""
+    trainer, transfer = parts.trainer, parts.transfer
+    copy_manifest(parts.datamodule.dataset_dir, run_dir)
+    metrics["selection_threshold"] = threshold_on_selection(run_dir / "predictions")
+    write_metrics(run_dir, metrics)
+    if transfer is not None:  # reads the run's files just written, as evaluate.py would
+        from crossmod.lib.eval_data import score_transfer
+
+        sharded, device = is_zero3(trainer.strategy), trainer.strategy.root_device
+        scores = score_transfer(transfer, run_dir, metrics, parts.model, scored.weights, sharded, device)
+        metrics["transfer"] = {transfer.dataset: scores}
         write_metrics(run_dir, metrics)
-        if transfer is not None:  # reads the run's files just written, as evaluate.py would
-            from crossmod.lib.eval_data import score_transfer
+    if cfg.get("print_table", True):
+        print_table(metrics, f"{cfg.label} (fold {cfg.get('fold')})", f"Selection: {scored.rule} — {scored.description}")
+        if transfer is not None:
+            from crossmod.lib.eval_data import print_transfer
 
-            sharded, device = is_zero3(trainer.strategy), trainer.strategy.root_device
-            metrics["transfer"] = {transfer.dataset: score_transfer(transfer, run_dir, metrics, model, scored_weights, sharded, device)}
-            write_metrics(run_dir, metrics)
-        if cfg.get("print_table", True):
-            print_table(metrics, f"{cfg.label} (fold {cfg.get('fold')})", f"Selection: {rule} — {description}")
-            if transfer is not None:
-                from crossmod.lib.eval_data import print_transfer
-
-                print_transfer(metrics["transfer"][transfer.dataset], transfer.options.reference)
-            print(f"Run directory: {run_dir}")
-    return metrics
+            print_transfer(metrics["transfer"][transfer.dataset], transfer.options.reference)
+        print(f"Run directory: {run_dir}")
 
 
 def _best_checkpoint(trainer: L.Trainer) -> str | None:

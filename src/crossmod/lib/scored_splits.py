@@ -10,7 +10,6 @@ chose its weights on) the memes it is scored on.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 from dataclasses import dataclass, field
@@ -19,8 +18,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from crossmod.data.data_settings import default as data_default
 from crossmod.data.folds import find_folds
-from crossmod.data.memes import MemeDataModule
 from crossmod.data.remote import is_remote
 from crossmod.data.shards import read_manifest, read_samples
 from crossmod.lib.consolidate import is_deepspeed_checkpoint
@@ -71,14 +70,10 @@ class ScoredSplit:
         }
 
 
-def _default(name: str) -> Any:
-    return inspect.signature(MemeDataModule).parameters[name].default
-
-
 def _data_setting(facts: RunFacts, name: str) -> Any:
     """A data setting of the run's resolved config, or the datamodule's default when the config left it out."""
     value = (facts.config.get("data") or {}).get(name)
-    return _default(name) if value is None else value
+    return data_default(name) if value is None else value
 
 
 def run_facts(ckpt: Path) -> list[RunFacts]:

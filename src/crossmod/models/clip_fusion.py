@@ -18,7 +18,8 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import AutoModel
 
-from crossmod.models.fusion import check_embedding, mlp, mlp_embedding, mlp_head_input
+from crossmod.models.backbone import Backbone
+from crossmod.models.fusion import check_embedding, mlp, mlp_caveat, mlp_embedding, mlp_head_input
 from crossmod.models.model_folders import refuse_shipped_code
 
 FEATURES = ("projected", "pooled")
@@ -30,7 +31,7 @@ def _features(output: torch.Tensor | object) -> torch.Tensor:
     return output if isinstance(output, torch.Tensor) else output.pooler_output
 
 
-class CLIPFusion(nn.Module):
+class CLIPFusion(nn.Module, Backbone):
     def __init__(
         self,
         name_or_path: str,
@@ -97,3 +98,6 @@ class CLIPFusion(nn.Module):
     def head_input(self, features: torch.Tensor) -> torch.Tensor:
         """What the head layers read from `forward`'s features (the last activation and dropout under pre_activation)."""
         return mlp_head_input(self.mlp, features, self.embedding)
+
+    def embedding_caveat(self) -> str | None:
+        return mlp_caveat(self.embedding)

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from crossmod.data.heads import Head, HeadSpecs, parse_heads
+from crossmod.models.backbone import EMBEDDING_AFTER_ACTIVATION, Backbone
 from crossmod.models.backbones.image import TimmImageEncoder
 from crossmod.models.backbones.text import HFTextEncoder
 from crossmod.models.heads import HeadLayers
@@ -41,6 +42,11 @@ def mlp_head_input(layers: nn.Sequential, features: torch.Tensor, embedding: str
     return layers[-2:](features) if embedding == "pre_activation" else features
 
 
+def mlp_caveat(embedding: str) -> str | None:
+    """RGCL's caveat for an MLP embedding read after its activation (`Backbone.embedding_caveat`)."""
+    return EMBEDDING_AFTER_ACTIVATION if embedding == "output" else None
+
+
 def mlp(width: int, hidden_dim: int, num_layers: int, dropout: float, activation: str = "gelu") -> tuple[nn.Sequential, int]:
     layers: list[nn.Module] = []
     for _ in range(num_layers):
@@ -49,7 +55,7 @@ def mlp(width: int, hidden_dim: int, num_layers: int, dropout: float, activation
     return nn.Sequential(*layers), width
 
 
-class TextOnly(nn.Module):
+class TextOnly(nn.Module, Backbone):
     def __init__(self, text: HFTextEncoder) -> None:
         super().__init__()
         self.text = text
@@ -59,7 +65,7 @@ class TextOnly(nn.Module):
         return self.text(batch["input_ids"], batch["attention_mask"])
 
 
-class ImageOnly(nn.Module):
+class ImageOnly(nn.Module, Backbone):
     def __init__(self, image: nn.Module) -> None:
         super().__init__()
         self.image = image
@@ -69,7 +75,7 @@ class ImageOnly(nn.Module):
         return self.image(batch["pixel_values"])
 
 
-class ConcatFusion(nn.Module):
+class ConcatFusion(nn.Module, Backbone):
     """Pooled text ‖ pooled image → MLP: the Hateful Memes "Concat BERT" family."""
 
     def __init__(
@@ -96,6 +102,9 @@ class ConcatFusion(nn.Module):
     def head_input(self, features: torch.Tensor) -> torch.Tensor:
         return mlp_head_input(self.mlp, features, self.embedding)
 
+    def embedding_caveat(self) -> str | None:
+        return mlp_caveat(self.embedding)
+
 
 COMBINE = ("probabilities", "logits")
 
@@ -110,7 +119,7 @@ def mean_probability_logits(a: torch.Tensor, b: torch.Tensor, head: Head) -> tor
     return log_p - log_not_p
 
 
-class LateFusion(nn.Module):
+class LateFusion(nn.Module, Backbone):
     """A text classifier and an image classifier trained together; their predictions are averaged.
 
     No cross-modal interaction before the output, which is what separates it from concat fusion.
@@ -149,7 +158,7 @@ class LateFusion(nn.Module):
         return {name: mean_probability_logits(text[name], image[name], head) for name, head in self.heads.items()}
 
 
-class EarlyFusion(nn.Module):
+class EarlyFusion(nn.Module, Backbone):
     """MMBT-style: image region vectors, projected to the text model's width, enter its input sequence.
 
     Sequence = [image tokens (K)] + [text tokens]. Image tokens get their own positions (0..K-1, like

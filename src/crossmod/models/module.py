@@ -28,9 +28,12 @@ from crossmod.data.cache_files import save_weights
 from crossmod.data.even_batches import FILLER
 from crossmod.data.heads import Head, parse_heads
 from crossmod.evaluation.metrics import HeadMetrics
+from crossmod.models.backbone import Adapters, Backbone, checked_backbone
 from crossmod.models.heads import HeadLayers, masked_loss
-from crossmod.models.retrieval.bank import Bank, explain, nearest, retrieval_logits, rgcl_objective, votes
-from crossmod.models.retrieval.settings import CLASSIFY, RetrievalSettings, RGCLSettings
+from crossmod.models.objectives import Objective, objective_from
+from crossmod.models.retrieval.bank import Bank
+from crossmod.models.retrieval.settings import RetrievalSettings
+from crossmod.models.scoring_rules import RetrievalVote, ScoringRule, scoring_rule_from
 from crossmod.models.sharding import gathered, partition_summary, tell_transformers, zero3_config
 from crossmod.models.trusted_targets import check_checkpoint
 
@@ -59,7 +62,13 @@ def rename_head_keys(module: nn.Module, state: dict[str, Any], prefix: str, *_: 
 
 
 class MemeClassifier(L.LightningModule):
-    """Multi-head classifier over any feature backbone (text, image, fusion …)."""
+    """Multi-head classifier over any feature backbone (text, image, fusion …).
+
+    Two behaviours are components built from the config and held, never switched on: the training `objective`
+    (`model.rgcl`: cross-entropy or RGCL, src/crossmod/models/objectives.py) and the `scoring` rule (`model.classify`:
+    the head layers or a retrieval vote, src/crossmod/models/scoring_rules.py). The backbone declares
+    `crossmod.models.backbone.Backbone`.
+    """
 
     def __init__(
         self,
@@ -86,24 +95,30 @@ class MemeClassifier(L.LightningModule):
         self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")}, logger=False)
         self.heads: dict[str, Head] = parse_heads(self.hparams.heads)  # order: the order of the logits
         self.preprocessor = instantiate(self.hparams.preprocessor, heads=self.hparams.heads)
-        self.backbone: nn.Module | None = None
+        self.backbone: Backbone | None = None
         self.head_layers: HeadLayers | None = None
         self.metrics = nn.ModuleDict({stage: HeadMetrics(self.heads) for stage in EVAL_STAGES})
         self.losses = nn.ModuleDict({stage: MeanMetric(nan_strategy="disable") for stage in EVAL_STAGES})
-        self.prediction_records: list[dict[str, Any]] = []
-        self.record_predictions = False
         self.register_load_state_dict_pre_hook(rename_head_keys)
-        self.after_build: Callable[[MemeClassifier], None] | None = None  # e.g. a run's weights, once built in partitions
-        self.rgcl = RGCLSettings.of(self.hparams.rgcl)
-        self.retrieval = RetrievalSettings.of(self.hparams.retrieval)
-        if classify not in CLASSIFY:
-            raise ValueError(f"model.classify must be one of {CLASSIFY}, got {classify!r}")
-        self.classify = classify
-        if (self.rgcl or classify == "retrieval") and any(not head.is_binary for head in self.heads.values()):
+        self._after_build: Callable[[MemeClassifier], None] | None = None  # `when_built`
+        self.objective: Objective = objective_from(self.hparams.rgcl)
+        self.scoring: ScoringRule = scoring_rule_from(classify, self.hparams.retrieval)
+        self.retrieval_settings = RetrievalSettings.of(self.hparams.retrieval)  # what a retrieval export votes with
+        if self.uses_embedding and any(not head.is_binary for head in self.heads.values()):
             raise ValueError(
                 f"RGCL and retrieval classification need binary heads; {[n for n, h in self.heads.items() if not h.is_binary]} are not"
             )
         self.retrieval_bank: Bank | None = None  # the training memes' embeddings (src/crossmod/lib/callbacks/retrieval_bank.py)
+
+    @property
+    def uses_embedding(self) -> bool:
+        """The objective or the scoring rule works in the meme embedding (RGCL, a retrieval vote)."""
+        return self.objective.needs_embedding or self.scoring.needs_bank
+
+    def needs_bank(self, stage: str) -> bool:
+        """Whether `stage` (`fit`: each training epoch; `val`, `test`, `predict`) reads the training memes' bank, for the
+        callback that builds it (src/crossmod/lib/callbacks/retrieval_bank.py)."""
+        return self.objective.needs_bank if stage == "fit" else self.scoring.needs_bank
 
     @classmethod
     def load_from_checkpoint(
@@ -133,44 +148,46 @@ class MemeClassifier(L.LightningModule):
         if config is not None:  # kept alive with the model: Transformers holds it by weak reference
             self._transformers_zero3 = tell_transformers(config)
         encoders = {name: instantiate(self.hparams[name]) for name in ("text", "image") if self.hparams.get(name)}
-        self.backbone = instantiate(self.hparams.fusion, **encoders)
-        if getattr(self.backbone, "output_dim", None):  # late fusion owns its per-modality head layers
+        self.backbone = checked_backbone(instantiate(self.hparams.fusion, **encoders))
+        if self.backbone.output_dim:  # None: late fusion and a verbalizer return logits per head themselves
             self.head_layers = HeadLayers(self.backbone.output_dim, self.heads, self.hparams.head_dropout)
-        elif self.rgcl is not None or self.classify == "retrieval":
+        elif self.uses_embedding:
             raise ValueError(f"{type(self.backbone).__name__} returns logits per modality, no shared meme embedding for RGCL or retrieval")
-        if self.rgcl is not None and getattr(self.backbone, "embedding", None) == "output" and hasattr(self.backbone, "mlp"):
-            rank_zero_warn(
-                "RGCL reads the fusion MLP's output after its activation (model.fusion.embedding=output), whose cosine "
-                "similarities cannot go below zero; model.fusion.embedding=pre_activation is RGCL's embedding (docs/retrieval.md)"
-            )
+        caveat = self.backbone.embedding_caveat()
+        if self.objective.needs_embedding and caveat:
+            rank_zero_warn(caveat)
         if config is not None:
             rank_zero_info(partition_summary(self.parameters(), self._trainer.global_rank, self._trainer.world_size))
-        after_build, self.after_build = self.after_build, None
+        after_build, self._after_build = self._after_build, None
         if after_build is not None:
             after_build(self)
 
+    def when_built(self, step: Callable[[MemeClassifier], None]) -> None:
+        """Run `step` on this classifier once Lightning has built it (`configure_model`): e.g. a run's weights, which
+        under ZeRO-3 can only go into the partitions once they exist (src/crossmod/lib/loading.py)."""
+        if self.backbone is not None:
+            raise RuntimeError("the classifier is already built: apply the step now instead")
+        self._after_build = step
+
     def teardown(self, stage: str) -> None:
         """Say what the vision cache did in this stage (read, encoded, written) and what its folder holds."""
-        cache = getattr(self.backbone, "vision_cache", None)
-        if cache is not None:
-            cache.end_stage(stage)
+        if self.backbone is not None and self.backbone.vision_cache is not None:
+            self.backbone.vision_cache.end_stage(stage)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Logits per head: a fusion returns features for the shared head layers, or (late fusion) logits itself;
-        `classify=retrieval` scores by the nearest training memes instead (RGCL's kNN vote)."""
-        if self.classify == "retrieval":
-            return retrieval_logits(self.embed(batch), batch["ids"], self._bank(), self.retrieval.k, self.retrieval.weighting)
-        return self._head_logits(batch)
+        """Logits per head, by the scoring rule: the head layers, or the nearest training memes' vote (RGCL's kNN)."""
+        return self.scoring.logits(self, batch)
 
-    def _head_logits(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def head_logits(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The head layers' logits (what trains, whatever scores): a fusion returns features for the shared head layers,
+        or (late fusion) logits itself."""
         output = self.backbone(batch)
-        return output if isinstance(output, dict) else self.head_layers(self._head_input(output))
+        return output if isinstance(output, dict) else self.logits_from(output)
 
-    def _head_input(self, features: torch.Tensor) -> torch.Tensor:
-        """The head layers' input from the backbone's features (a backbone whose embedding stops before its last
+    def logits_from(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The head layers' logits from the backbone's features (a backbone whose embedding stops before its last
         activation, e.g. CLIP fusion under RGCL, applies the rest in `head_input`)."""
-        head_input = getattr(self.backbone, "head_input", None)
-        return features if head_input is None else head_input(features)
+        return self.head_layers(self.backbone.head_input(features))
 
     def embed(self, batch: dict[str, Any]) -> torch.Tensor:
         """The meme embedding RGCL and retrieval work in: the features the head layers read."""
@@ -187,10 +204,11 @@ class MemeClassifier(L.LightningModule):
     def score_by_retrieval(self, bank: Bank, settings: RetrievalSettings) -> None:
         """Score by the nearest labelled memes of `bank` (an exported retrieval adapter's database), with the vote's
         `settings` (k, weighting), instead of the head layers."""
-        self.classify, self.retrieval = "retrieval", settings
+        self.scoring, self.retrieval_settings = RetrievalVote(settings), settings
         self.use_bank(bank)
 
-    def _bank(self) -> Bank:
+    def bank(self) -> Bank:
+        """The bank, on this model's device."""
         if self.retrieval_bank is not None and self.retrieval_bank.embeddings.device != self.device:
             self.retrieval_bank = self.retrieval_bank.to(self.device)  # once, on the first batch on another device
         if self.retrieval_bank is None:
@@ -203,59 +221,35 @@ class MemeClassifier(L.LightningModule):
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         """Each head's probabilities for the batch, with the memes' positions in the scored list (`index`), so
         predictions made on several processes can be put back in order (src/crossmod/lib/scoring.py)."""
-        if getattr(self, "classify", "head") != "retrieval":  # a wrapper borrowing this step (ScoredAs) scores by its forward
-            logits = self(batch)
-            probabilities = {name: head.probabilities(logits[name].float()) for name, head in self.heads.items()}
-            return {"index": batch["index"], "probabilities": probabilities}
-        embeddings, bank, k = self.embed(batch), self._bank(), self.retrieval.k
-        found = nearest(embeddings, batch["ids"], bank, k)  # one search: the vote and its explanation
-        logits = votes(found, bank, self.retrieval.weighting)
-        probabilities = {name: head.probabilities(logits[name].float()) for name, head in self.heads.items()}
-        return {"index": batch["index"], "probabilities": probabilities, "neighbours": explain(found, bank)}
+        return self.scoring.predict(self, batch)
 
-    def _loss(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> torch.Tensor:
+    def heads_loss(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Each head's masked loss on its annotated memes, averaged over the heads."""
         losses = [masked_loss(logits[name], labels[name], head)[0] for name, head in self.heads.items()]
         return torch.stack(losses).mean()
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        if self.rgcl is not None:
-            return self._rgcl_step(batch)
-        logits = self._head_logits(batch)  # the head trains; `classify` chooses how evaluation scores
-        loss = self._loss(logits, batch["labels"])
-        self.log("train/loss", loss, on_step=True, on_epoch=False, batch_size=len(batch["ids"]))
-        return loss
+        """The objective's step; the head layers train whatever the scoring rule."""
+        losses = self.objective(self, batch)
+        self.log_dict(losses, on_step=True, on_epoch=False, batch_size=len(batch["ids"]))
+        return losses["train/loss"]
 
-    def _rgcl_step(self, batch: dict[str, Any]) -> torch.Tensor:
-        """(1 − w)·cross-entropy + w·RGCL, both from one forward (RGCL's joint loss)."""
-        features = self.embed(batch)
-        cross_entropy = self._loss(self.head_layers(self._head_input(features)), batch["labels"])
-        r = self.rgcl
-        contrast = rgcl_objective(features, batch["labels"], batch["ids"], self._bank(), r.loss, r.temperature, r.margin, r.depth)
-        loss = (1 - r.weight) * cross_entropy + r.weight * contrast
-        size = len(batch["ids"])
-        self.log_dict(
-            {"train/loss": loss, "train/cross_entropy": cross_entropy, "train/rgcl": contrast},
-            on_step=True,
-            on_epoch=False,
-            batch_size=size,
-        )
-        return loss
-
-    def _eval_step(self, stage: str, batch: dict[str, Any]) -> None:
+    def _eval_step(self, stage: str, batch: dict[str, Any]) -> dict[str, Any] | None:
+        """Updates the stage's metrics, and returns the batch's scores (ids, probabilities per head, labels, on the
+        device) for callbacks to keep from `on_*_batch_end` (the prediction files, MHC's functional tests)."""
         logits = self(batch)
         if batch.get(FILLER):  # keeps ranks in lockstep (ZeRO-3); its samples are scored on their own rank
-            return
+            return None
         self.metrics[stage].update(logits, batch["labels"])
-        self.losses[stage].update(self._loss(logits, batch["labels"]), len(batch["ids"]))
-        if self.record_predictions:
-            probs = {name: head.probabilities(logits[name].detach().float()) for name, head in self.heads.items()}
-            self.prediction_records.append({"ids": batch["ids"], "probs": probs, "labels": batch["labels"]})
+        self.losses[stage].update(self.heads_loss(logits, batch["labels"]), len(batch["ids"]))
+        probs = {name: head.probabilities(logits[name].detach().float()) for name, head in self.heads.items()}
+        return {"ids": batch["ids"], "probs": probs, "labels": batch["labels"]}
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._eval_step("val", batch)
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any] | None:
+        return self._eval_step("val", batch)
 
-    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._eval_step("test", batch)
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any] | None:
+        return self._eval_step("test", batch)
 
     def _log_epoch_metrics(self, stage: str) -> None:
         results = self.metrics[stage].compute()
@@ -287,7 +281,7 @@ class MemeClassifier(L.LightningModule):
         Under ZeRO-3 every rank must call this (the trainable weights are gathered collectively); only
         the rank with `write=True` writes.
         """
-        if not hasattr(self.backbone, "save_adapter"):
+        if not isinstance(self.backbone, Adapters):
             raise ValueError(f"{type(self.backbone).__name__} has no adapter to export")
         directory = Path(directory)
         with gathered([p for p in self.parameters() if p.requires_grad]):
@@ -300,6 +294,9 @@ class MemeClassifier(L.LightningModule):
         return directory
 
     def load_adapter(self, directory: str | Path) -> None:
+        """What `export_adapter` wrote, onto this model's fresh base: the adapter and the head layers' weights."""
+        if not isinstance(self.backbone, Adapters):
+            raise ValueError(f"{type(self.backbone).__name__} has no adapter to load")
         directory = Path(directory)
         self.backbone.load_adapter(directory)
         if self.head_layers is not None:

@@ -15,15 +15,12 @@ from typing import Any
 
 from torch import nn
 
+from crossmod.data.even_batches import is_zero3  # the data layer asks it too (lockstep evaluation batches)
+
 
 def is_partitioned(param: nn.Parameter) -> bool:
     """True for a parameter ZeRO-3 has split across ranks."""
     return hasattr(param, "ds_id")
-
-
-def is_zero3(strategy: Any) -> bool:
-    """The one place that asks whether parameters are partitioned across ranks (DeepSpeed ZeRO stage 3)."""
-    return bool(getattr(strategy, "zero_stage_3", False))
 
 
 def zero3_config(strategy: Any) -> dict[str, Any] | None:

@@ -18,11 +18,12 @@ import torch
 from torch import nn
 from transformers import VisualBertModel
 
+from crossmod.models.backbone import Backbone
 from crossmod.models.backbones.image import TimmImageEncoder
 from crossmod.models.model_folders import refuse_shipped_code
 
 
-class VisualBertFusion(nn.Module):
+class VisualBertFusion(nn.Module, Backbone):
     """Text ids and image grid vectors through VisualBERT; returns one feature vector per meme for the head layers.
 
     `visual_token_type`: the segment id of the visual tokens in VisualBERT's visual token-type table. 0 is what

@@ -37,9 +37,8 @@ def main(cfg: DictConfig) -> None:
     models[0] = (first, Loaded(load_first()))  # weights are checked (and refused) before any data is prepared
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
-    datamodule.manifest = read_manifest(datamodule.dataset_dir)
-    scored = scored_splits(facts, cfg.split, datamodule.dataset_dir, datamodule.test_splits)
-    dataset = datamodule.manifest["dataset"]
+    scored = scored_splits(facts, cfg.split, datamodule.dataset_dir, datamodule.folds.test_splits)
+    dataset = read_manifest(datamodule.dataset_dir)["dataset"]
     out = Path(cfg.out) if cfg.out else (ckpt.parent if ckpt.is_file() else ckpt) / f"report-{dataset}-{cfg.split}"
     models = [(name, mapped_to(dict(datamodule.heads), cfg.head, dataset, load)) for name, load in models]
 

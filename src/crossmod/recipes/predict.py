@@ -56,7 +56,7 @@ def main(cfg: DictConfig) -> None:
             raise ValueError(f"k={cfg.k} sets how many neighbours vote; {cfg.adapters} scores with its head (not kind=retrieval)")
         from crossmod.models.retrieval.settings import RetrievalSettings
 
-        model.score_by_retrieval(model.retrieval_bank, RetrievalSettings.of({"k": cfg.k, "weighting": model.retrieval.weighting}))
+        model.score_by_retrieval(model.bank(), RetrievalSettings.of({"k": cfg.k, "weighting": model.retrieval_settings.weighting}))
     if cfg.ocr:
         from crossmod.data.ocr import CaptionReader, ocr_engine
 

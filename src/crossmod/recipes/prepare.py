@@ -59,11 +59,11 @@ def prepare(data: DictConfig, out: str | None = None, force: bool = False, folds
     existed = not force and (directory / MANIFEST).is_file()
     if existed:
         print(f"{directory} is already converted (force=true converts it again); verifying checksums …", flush=True)
-    manifest = datamodule.convert(force=force, folds=folds)  # prints the conversion summary when it converts
+    manifest = datamodule.conversion.convert(force=force, folds=folds)  # prints the conversion summary when it converts
     if existed:
         print(conversion_summary(manifest))
     if folds:
-        entry = find_folds(manifest, folds, int(data.fold_seed), datamodule.fold_splits)
+        entry = find_folds(manifest, folds, int(data.fold_seed), datamodule.folds.fold_splits)
         print(f"folds: {folds} (seed {data.fold_seed}) over {entry['splits']}: samples per fold {entry['samples_per_fold']}")
     if not (directory / "dataset_report.md").is_file() or force:
         for path in write_annotation_report(datamodule.source, directory):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import crossmod.data.memes as memes
+import crossmod.data.conversion as conversion
 from crossmod.data.memes import MemeDataModule
 from tests.data.sources import layouts
 from tests.data.sources.helpers import source
@@ -65,7 +65,7 @@ def test_a_second_datamodule_reuses_the_shards(tmp_path, monkeypatch):
     def no_conversion(*args, **kwargs):
         raise AssertionError("converted again although the shards exist")
 
-    monkeypatch.setattr(memes, "write_shards", no_conversion)
+    monkeypatch.setattr(conversion, "write_shards", no_conversion)
     second = datamodule(source("hateful_memes", raw), tmp_path)
     assert second.dataset_dir == first.dataset_dir
     assert sorted(ids(second.val_dataloader())) == sorted(ids(first.val_dataloader()))
@@ -78,7 +78,7 @@ def test_train_py_converts_multi3hate_on_first_use_and_reuses_it(train_run, data
     assert "Converting multi3hate" in result.stdout
     assert "multi3hate: 30 inputs read = 30 samples written + 0 skipped" in result.stdout
     src = source("multi3hate", raw)
-    monkeypatch.setattr(memes, "write_shards", lambda *a, **k: pytest.fail("converted again"))
+    monkeypatch.setattr(conversion, "write_shards", lambda *a, **k: pytest.fail("converted again"))
     dm = MemeDataModule(
         heads=src.heads, source=src, shard_root=str(data_dir / "shards"), fold=0, num_folds=3, train_splits=["all"], val_splits=[]
     )

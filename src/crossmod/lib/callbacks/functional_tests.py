@@ -1,6 +1,6 @@
 """MHC functional tests at validation time: per-functionality accuracy and per-language macro F1 as metrics.
 
-During fit, the module keeps the validation epoch's probabilities (one device→host copy per epoch);
+During fit, the callback keeps the validation steps' probabilities (one device→host copy per epoch);
 they are gathered from every rank, joined with the cases' functionality and language from the shards,
 and logged as `val/mhc/acc/<functionality>` and `val/mhc/macro_f1/<lang>` (CSV, W&B …). Datasets
 without functional-test metadata leave the callback idle.
@@ -22,6 +22,7 @@ class FunctionalTestsCallback(L.Callback):
     def __init__(self, head: str = "hateful", threshold: float = 0.5) -> None:
         self.head, self.threshold = head, threshold
         self.cases: dict[str, dict[str, Any]] = {}
+        self.records: list[dict[str, Any]] | None = None  # this validation epoch's scored batches, while recording
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         datamodule = trainer.datamodule
@@ -38,16 +39,19 @@ class FunctionalTestsCallback(L.Callback):
         return bool(self.cases) and trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
 
     def on_validation_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        if self._active(trainer):
-            module.prediction_records.clear()
-            module.record_predictions = True
+        self.records = [] if self._active(trainer) else None
+
+    def on_validation_batch_end(
+        self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.records is not None and outputs is not None:  # the step's scores (MemeClassifier._eval_step)
+            self.records.append(outputs)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        if not self._active(trainer) or not module.record_predictions:
+        records, self.records = self.records, None
+        if records is None or not self._active(trainer):
             return
-        local = [(i, float(p)) for record in module.prediction_records for i, p in zip(record["ids"], record["probs"][self.head].cpu())]
-        module.prediction_records.clear()
-        module.record_predictions = False
+        local = [(i, float(p)) for record in records for i, p in zip(record["ids"], record["probs"][self.head].cpu())]
         gathered = [local]
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             gathered = [None] * torch.distributed.get_world_size()

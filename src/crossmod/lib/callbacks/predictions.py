@@ -34,16 +34,30 @@ class PredictionWriter(L.Callback):
 
     def __init__(self, dirpath: str) -> None:
         self.dirpath = Path(dirpath)
+        self.records: list[dict[str, Any]] | None = None  # the epoch's scored batches, while recording
 
-    def _start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        module.prediction_records.clear()
-        module.record_predictions = trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
+    def _start(self, trainer: L.Trainer) -> None:
+        self.records = [] if trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) else None
+
+    def _keep(self, outputs: Any) -> None:
+        if self.records is not None and outputs is not None:  # the step's scores (MemeClassifier._eval_step)
+            self.records.append(outputs)
 
     def on_validation_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._start(trainer, module)
+        self._start(trainer)
 
     def on_test_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._start(trainer, module)
+        self._start(trainer)
+
+    def on_validation_batch_end(
+        self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._keep(outputs)
+
+    def on_test_batch_end(
+        self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._keep(outputs)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._finish(trainer, module, "val")
@@ -52,20 +66,19 @@ class PredictionWriter(L.Callback):
         self._finish(trainer, module, "test")
 
     def _finish(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
-        if not module.record_predictions or trainer.state.fn not in (TrainerFn.VALIDATING, TrainerFn.TESTING):
-            return  # (other callbacks may record during fit for their own use)
+        records, self.records = self.records, None
+        if records is None:
+            return  # fit's validation loops are not written
         self.dirpath.mkdir(parents=True, exist_ok=True)
         part = self.dirpath / f"{stage}.rank{trainer.global_rank}.csv"
         with open(part, "w", newline="") as handle:
             writer = csv.writer(handle)
-            for record in module.prediction_records:
+            for record in records:
                 probs = {head: p.cpu() for head, p in record["probs"].items()}
                 labels = {head: t.cpu() for head, t in record["labels"].items()}
                 for i, sample_id in enumerate(record["ids"]):
                     for head in probs:
                         writer.writerow((sample_id, head, _cell(probs[head][i]), _label(labels[head][i])))
-        module.prediction_records.clear()
-        module.record_predictions = False
         trainer.strategy.barrier("predictions")
         if trainer.is_global_zero:
             parts = sorted(self.dirpath.glob(f"{stage}.rank*.csv"))

@@ -16,28 +16,28 @@ import torch
 import torch.distributed as dist
 
 from crossmod.data.even_batches import FILLER
+from crossmod.models.module import MemeClassifier
 from crossmod.models.retrieval.bank import Bank
 
 
 class RetrievalBank(L.Callback):
-    """Idle unless the model trains with RGCL or classifies by retrieval."""
+    """Idle unless the classifier's objective (RGCL) or scoring rule (a retrieval vote) reads the bank in a stage."""
 
     def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        if getattr(module, "rgcl", None) is not None:
-            module.use_bank(build_bank(trainer, module))
+        self._refresh(trainer, module, "fit")
 
     def on_validation_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._for_scoring(trainer, module)
+        self._refresh(trainer, module, "val")
 
     def on_test_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._for_scoring(trainer, module)
+        self._refresh(trainer, module, "test")
 
     def on_predict_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._for_scoring(trainer, module)
+        self._refresh(trainer, module, "predict")
 
     @staticmethod
-    def _for_scoring(trainer: L.Trainer, module: L.LightningModule) -> None:
-        if getattr(module, "classify", "head") == "retrieval":
+    def _refresh(trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
+        if isinstance(module, MemeClassifier) and module.needs_bank(stage):
             module.use_bank(build_bank(trainer, module))
 
 

@@ -25,6 +25,7 @@ from transformers import AutoModelForImageTextToText
 
 from crossmod.data.heads import HeadSpecs, parse_heads
 from crossmod.models.activation_checkpointing import enable_activation_checkpointing
+from crossmod.models.backbone import Adapters, Backbone
 from crossmod.models.model_folders import refuse_shipped_code
 from crossmod.models.vlm.cached_vision import CachedVision, cache_refusal
 from crossmod.models.vlm.families import family_for
@@ -107,7 +108,7 @@ def model_inputs(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in batch.items() if k not in NOT_MODEL_INPUTS and isinstance(v, torch.Tensor)}
 
 
-class VLMClassifier(nn.Module):
+class VLMClassifier(nn.Module, Backbone, Adapters):
     def __init__(
         self,
         name_or_path: str,

@@ -1,0 +1,121 @@
+"""The classifier's behaviours are components built from config (src/crossmod/models/objectives.py, scoring_rules.py) and
+its backbone declares a contract (src/crossmod/models/backbone.py): each is checked here on its own, with hand-made inputs."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from crossmod.data.heads import parse_heads
+from crossmod.models.backbone import Adapters, Backbone, checked_backbone
+from crossmod.models.objectives import RGCL, CrossEntropy, objective_from
+from crossmod.models.retrieval.bank import Bank, rgcl_objective
+from crossmod.models.retrieval.settings import RetrievalSettings
+from crossmod.models.scoring_rules import HeadScores, RetrievalVote, scoring_rule_from
+
+CONFIGS = Path(__file__).resolve().parents[2] / "src" / "crossmod" / "configs" / "model"
+HEADS = parse_heads({"US": {"kind": "binary"}, "DE": {"kind": "binary"}})
+
+
+def test_the_config_names_the_components():
+    assert objective_from(None) == CrossEntropy() and objective_from({}) == CrossEntropy()
+    rgcl = objective_from({"weight": 0.25, "loss": "triplet"})
+    assert isinstance(rgcl, RGCL) and rgcl.settings.weight == 0.25 and rgcl.needs_bank and rgcl.needs_embedding
+    assert scoring_rule_from("head", None) == HeadScores() and not HeadScores().needs_bank
+    vote = scoring_rule_from("retrieval", {"k": 3, "weighting": "mean"})
+    assert vote == RetrievalVote(RetrievalSettings(k=3, weighting="mean")) and vote.needs_bank and vote.name == "retrieval"
+    with pytest.raises(ValueError, match=r"model.classify must be one of"):
+        scoring_rule_from("knn", None)
+    with pytest.raises(ValueError, match=r"model.rgcl.weight must be in \(0, 1\]"):
+        objective_from({"weight": 0})
+    with pytest.raises(ValueError, match=r"model.retrieval.k must be an integer"):
+        scoring_rule_from("head", {"k": 2.5})  # checked under the head rule too: a retrieval export votes with them
+
+
+class Stub:
+    """What the components call on a classifier, with fixed numbers: features, head logits, a loss, a bank."""
+
+    heads = HEADS
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.features = torch.randn(4, 8, requires_grad=True)
+        self.bank_ = Bank.of(torch.randn(6, 8), {h: torch.tensor([0, 1, 0, 1, 1, -1]) for h in HEADS}, [f"b{i}" for i in range(6)])
+
+    def embed(self, batch):
+        return self.features
+
+    def head_logits(self, batch):
+        return self.logits_from(self.features)
+
+    def logits_from(self, features):
+        return {h: features[:, i] for i, h in enumerate(HEADS)}
+
+    def heads_loss(self, logits, labels):
+        return sum(v.sum() for v in logits.values()) / 10
+
+    def bank(self):
+        return self.bank_
+
+    def __call__(self, batch):
+        return self.head_logits(batch)
+
+
+BATCH = {"ids": ["q0", "q1", "b2", "q3"], "labels": {h: torch.tensor([1, 0, 1, 0]) for h in HEADS}, "index": torch.arange(4)}
+
+
+def test_cross_entropy_is_the_heads_loss_of_the_head_logits():
+    model = Stub()
+    assert CrossEntropy()(model, BATCH) == {"train/loss": model.heads_loss(model.head_logits(BATCH), BATCH["labels"])}
+
+
+def test_rgcl_mixes_cross_entropy_and_the_contrastive_loss_by_its_weight():
+    model, rgcl = Stub(), objective_from({"weight": 0.25, "loss": "nll", "depth": 3})
+    losses = rgcl(model, BATCH)
+    contrast = rgcl_objective(model.features, BATCH["labels"], BATCH["ids"], model.bank_, "nll", 1.0, 0.1, 3)
+    cross_entropy = model.heads_loss(model.logits_from(model.features), BATCH["labels"])
+    assert torch.allclose(losses["train/rgcl"], contrast) and torch.allclose(losses["train/cross_entropy"], cross_entropy)
+    assert torch.allclose(losses["train/loss"], 0.75 * cross_entropy + 0.25 * contrast)
+
+
+def test_the_retrieval_vote_scores_from_the_bank_and_names_its_neighbours():
+    model = Stub()
+    vote = RetrievalVote(RetrievalSettings(k=2))
+    predicted = vote.predict(model, BATCH)
+    head = HeadScores().predict(model, BATCH)
+    assert set(predicted["probabilities"]) == set(HEADS) and "neighbours" in predicted and "neighbours" not in head
+    assert not torch.allclose(predicted["probabilities"]["US"], head["probabilities"]["US"])
+    # a meme never votes for itself: b2 is in the bank, and its neighbours are others
+    assert all(n["id"] != "b2" for n in predicted["neighbours"]["US"][2])
+    assert torch.equal(vote.logits(model, BATCH)["US"], vote.logits(model, BATCH)["US"])
+
+
+def _fusion_classes() -> list[str]:
+    targets = set()
+    for path in CONFIGS.glob("*.yaml"):
+        fusion = (yaml.safe_load(path.read_text()) or {}).get("fusion") or {}
+        if isinstance(fusion, dict) and str(fusion.get("_target_", "")).startswith("crossmod."):
+            targets.add(fusion["_target_"])
+    return sorted(targets)
+
+
+@pytest.mark.parametrize("target", _fusion_classes())
+def test_every_fusion_a_model_config_builds_declares_the_backbone_contract(target):
+    module, name = target.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    assert Backbone in cls.__mro__ and nn.Module in cls.__mro__  # declared, not merely shaped alike
+    assert ("VLM" in name) == (Adapters in cls.__mro__)  # only a LoRA backbone exports an adapter
+
+
+def test_a_module_without_the_contract_is_refused_by_name():
+    class Plain(nn.Module):
+        def forward(self, batch):
+            return batch
+
+    with pytest.raises(TypeError, match=r"model.fusion built a Plain, which does not declare crossmod.models.backbone.Backbone"):
+        checked_backbone(Plain())
