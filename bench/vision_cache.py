@@ -138,7 +138,7 @@ def main() -> None:
 
     # zero-shot: 6 prompts per meme
     answering = model("verbalizer").eval()
-    base = answering.backbone._base()
+    base = answering.backbone.base_model()
     base.generation_config.min_new_tokens = new_tokens
     predict = single_device_trainer(args.accelerator)
 
@@ -234,7 +234,7 @@ def main() -> None:
         args,
         {
             "model": f"random Qwen2-VL, {sizes}, images at {pixels} px",
-            "tower_over_language_model": round(tower_share(trainee.backbone._base()), 3),
+            "tower_over_language_model": round(tower_share(trainee.backbone.base_model()), 3),
             "qwen2_vl_2b_tower_over_language_model": round(real_ratio, 3),
             "memes": memes,
             "prompts": len(PROMPTS),

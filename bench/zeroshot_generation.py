@@ -72,7 +72,7 @@ def main() -> None:
     overrides = ["model=vlm", "model.fusion.mode=verbalizer", "model.fusion.lora=null", "model.preprocessor.image_size=56"]
     model, _ = build_model([*overrides, f"model.fusion.vision_cache_dir={cache.name}"])
     model.eval()
-    base = model.backbone._base()
+    base = model.backbone.base_model()
     base.generation_config.min_new_tokens = new_tokens  # every meme generates exactly max_new_tokens tokens
     recorder = GenerateRecorder(base)
     records = [raw_dict(s) for s in synthetic_samples(memes, image_size=128)]

@@ -12,7 +12,7 @@ import yaml
 from torch import nn
 
 from crossmod.data.heads import parse_heads
-from crossmod.models.backbone import Adapters, Backbone, checked_backbone
+from crossmod.models.backbone import Adapters, Backbone, Generative, checked_backbone
 from crossmod.models.objectives import RGCL, CrossEntropy, objective_from
 from crossmod.models.retrieval.bank import Bank, rgcl_objective
 from crossmod.models.retrieval.settings import RetrievalSettings
@@ -109,7 +109,7 @@ def test_every_fusion_a_model_config_builds_declares_the_backbone_contract(targe
     module, name = target.rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
     assert Backbone in cls.__mro__ and nn.Module in cls.__mro__  # declared, not merely shaped alike
-    assert ("VLM" in name) == (Adapters in cls.__mro__)  # only a LoRA backbone exports an adapter
+    assert ("VLM" in name) == (Adapters in cls.__mro__) == (Generative in cls.__mro__)  # only a VLM exports an adapter, generates
 
 
 def test_a_module_without_the_contract_is_refused_by_name():

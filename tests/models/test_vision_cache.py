@@ -27,7 +27,7 @@ def folders(data_dir) -> dict[str, str]:
 def see_images(model: MemeClassifier) -> None:
     """Give a zero-initialised Gemma 3 projector random weights: Transformers initialises it to zeros, which maps every
     image to the same features and would make every comparison here pass without looking at an image."""
-    projector = getattr(getattr(model.backbone._base().model, "multi_modal_projector", None), "mm_input_projection_weight", None)
+    projector = getattr(getattr(model.backbone.base_model().model, "multi_modal_projector", None), "mm_input_projection_weight", None)
     if projector is not None and not projector.any():
         with torch.no_grad():
             torch.nn.init.normal_(projector, std=0.5, generator=torch.Generator().manual_seed(0))

@@ -159,7 +159,7 @@ def test_verbalizer_scores_the_answer_options(tiny_vlms, tmp_path):
     model.eval()
     with torch.no_grad():
         scores = model(batch)
-        logits = model.backbone._base().lm_head(model.backbone.last_hidden(batch))
+        logits = model.backbone.base_model().lm_head(model.backbone.last_hidden(batch))
     torch.testing.assert_close(scores["US"], logits[:, a] - logits[:, b])
     assert all(torch.equal(scores["US"], scores[h]) for h in scores)
 
@@ -253,13 +253,13 @@ def test_gradient_checkpointing_and_pixel_bounds(tiny_vlms, tmp_path):
         "model.preprocessor.max_pixels=3136",
         "model.preprocessor.min_pixels=3136",
     )
-    assert getattr(model.backbone._base(), CHECKPOINTING)
+    assert getattr(model.backbone.base_model(), CHECKPOINTING)
     # Lightning does not call train(): the modules must come in training mode, or Transformers skips checkpointing
     assert all(module.training for module in model.modules())
     batch = batch_of(model, size=2)
     assert batch["image_grid_thw"].tolist() == [[1, 4, 4]] * 2  # 112×112 bounded to 56×56 px: 4×4 patches of 14
     vision_output = []
-    model.backbone._base().model.visual.register_forward_hook(lambda module, args, output: vision_output.append(output))
+    model.backbone.base_model().model.visual.register_forward_hook(lambda module, args, output: vision_output.append(output))
     loss_of(model, batch).backward()
     assert all(p.grad is not None for n, p in model.named_parameters() if p.requires_grad and "lora_B" in n)
     (output,) = vision_output
@@ -295,7 +295,7 @@ def test_memes_without_images_still_run_the_vision_tower(tiny_vlms, tmp_path):
     gets a placeholder image instead of leaving its rank out of the vision forward."""
     model = build(tmp_path, f"model.name_or_path={tiny_vlms['qwen2_vl']}")
     calls = []
-    vision = model.backbone._base().model.visual
+    vision = model.backbone.base_model().model.visual
     handle = vision.register_forward_hook(lambda *_: calls.append(1))
     samples = [{"id": f"t{i}", "text": "words only", "image": None, "labels": {h: 0 for h in model.heads}, "lang": "en"} for i in range(3)]
     batch = model.preprocessor.collate([model.preprocessor(s) for s in samples])

@@ -71,7 +71,7 @@ def linear_layers(model: MemeClassifier, prefix: str, leaves: tuple[str, ...] | 
     """Linear layers of the base model under `prefix` (an adapted layer counts once: its base layer)."""
     names = {
         name.removesuffix(".base_layer")
-        for name, module in model.backbone._base().named_modules()
+        for name, module in model.backbone.base_model().named_modules()
         if isinstance(module, torch.nn.Linear) and ".lora_" not in name
     }
     return {n for n in names if n.startswith(prefix) and (leaves is None or n.rsplit(".", 1)[1] in leaves)}
@@ -122,7 +122,7 @@ def test_verbalizer_reads_the_logits_generation_starts_from(kind, folders, tmp_p
     with torch.no_grad():
         scores = model(batch)
         inputs = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and k not in ("option_ids", "labels")}
-        first = model.backbone._base().generate(
+        first = model.backbone.base_model().generate(
             **inputs, max_new_tokens=1, do_sample=False, output_logits=True, return_dict_in_generate=True
         )
     expected = first.logits[0].gather(1, batch["option_ids"])

@@ -25,7 +25,7 @@ def model(tmp_path_factory):
 
 def packed(model, memes: list[dict], text_row: bool) -> tuple[dict, list[int]]:
     """One sequence of all memes (no padding) and the index of each meme's last token."""
-    base = model.backbone._base().model
+    base = model.backbone.base_model().model
     parts = [batch_of(model, [meme]) for meme in memes]
     rows = []
     for part in parts:
@@ -47,7 +47,7 @@ def packed(model, memes: list[dict], text_row: bool) -> tuple[dict, list[int]]:
 
 def features(model, inputs: dict, last: list[int]) -> torch.Tensor:
     with torch.no_grad():
-        hidden = model.backbone._base().model(**inputs, use_cache=False).last_hidden_state  # a cache hides the packing
+        hidden = model.backbone.base_model().model(**inputs, use_cache=False).last_hidden_state  # a cache hides the packing
     return hidden[0, last]
 
 

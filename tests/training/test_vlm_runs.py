@@ -97,7 +97,7 @@ def test_answers_are_parsed_in_each_option_order(tmp_path, tiny_qwen, monkeypatc
         )
     model = instantiate(OmegaConf.to_container(cfg.model, resolve=True), _recursive_=False)
     model.configure_model()
-    base = model.backbone._base()
+    base = model.backbone.base_model()
     a = model.preprocessor.processor.tokenizer.encode("a", add_special_tokens=False)[0]
 
     def always_a(input_ids, **_):

@@ -33,6 +33,7 @@ from crossmod.lib.bases import (
 )
 from crossmod.lib.redaction import redact
 from crossmod.lib.user_errors import UserError
+from crossmod.models.backbone import Generative
 from crossmod.models.module import MemeClassifier
 from crossmod.models.trusted_targets import MODEL_ROOT
 
@@ -348,12 +349,11 @@ def _portable_adapter_config(path: Path, base: str) -> None:
 def _save_model_folder(model: MemeClassifier, folder: Path) -> None:
     """A fully fine-tuned VLM as a Transformers model folder (weights, config, processor): what `from_pretrained`,
     and crossmod's `model.name_or_path`, load as a base."""
-    base = getattr(model.backbone, "_base", None)
-    if base is None:
+    if not isinstance(model.backbone, Generative):
         raise ValueError(
             "merge=true writes a model folder of a VLM run (LoRA merged in, or fully fine-tuned); this run's backbone is not one"
         )
-    base().save_pretrained(folder, safe_serialization=True)
+    model.backbone.base_model().save_pretrained(folder, safe_serialization=True)
     model.preprocessor.processor.save_pretrained(folder)
 
 
@@ -365,8 +365,10 @@ def _merged_copy(backbone: Any) -> Any:
 
 
 def _revision(model: MemeClassifier) -> str | None:
-    config = getattr(getattr(model.backbone, "model", None), "config", None)
-    return getattr(config, "_commit_hash", None)
+    """The base's Hub revision, when it came from the Hub (a VLM's; None for a local folder or another backbone)."""
+    if not isinstance(model.backbone, Generative):
+        return None
+    return getattr(model.backbone.base_model().config, "_commit_hash", None)  # Transformers sets it for Hub downloads only
 
 
 def _readme(card: dict[str, Any]) -> str:

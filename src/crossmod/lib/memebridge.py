@@ -89,7 +89,7 @@ def answer_all(trainer: L.Trainer, model: Any, records: list[dict[str, Any]], as
             )
         module = GreedyAnswers(
             model,
-            lambda built: built.backbone._base(),
+            lambda built: built.backbone.base_model(),
             preprocessor.processor.tokenizer,
             settings.max_new_tokens[task],
             vision_cache=lambda built: built.backbone.vision_cache,

@@ -54,10 +54,10 @@ def answer_all(
     tokenizer = preprocessor.processor.tokenizer
     module = GreedyAnswers(
         model,
-        lambda built: built.backbone._base(),
+        lambda built: built.backbone.base_model(),
         tokenizer,
         max_new_tokens,
-        vision_cache=lambda built: getattr(built.backbone, "vision_cache", None),
+        vision_cache=lambda built: built.backbone.vision_cache,
     )
     answers = predict_in_order(trainer, module, records, batch_size, preprocessor, num_workers)
     rows = []

@@ -2,7 +2,8 @@
 
 Every fusion (text, image, concat, early, late, VisualBERT, CLIP, VLM) declares it by subclassing `Backbone`, which
 gives the defaults; the classifier checks it once when it builds the backbone, and never probes for attributes.
-A VLM that trains LoRA also declares `Adapters`: what `export` writes and a fresh base loads back.
+A VLM also declares `Adapters` (what `export` writes and a fresh base loads back) and `Generative` (the Transformers
+model behind it, for generation, a merged export and the base's revision).
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ class Adapters(Protocol):
     def save_adapter(self, directory: str | Path) -> Path: ...
 
     def load_adapter(self, directory: str | Path) -> None: ...
+
+
+@runtime_checkable
+class Generative(Protocol):
+    """A backbone around a Transformers image-text-to-text model: zero-shot answers, `export merge=true` and the card's
+    base revision read it."""
+
+    def base_model(self) -> torch.nn.Module:
+        """The ForConditionalGeneration model (inside the PEFT wrapper when there is one)."""
+        ...
 
 
 def checked_backbone(backbone: Any) -> Backbone:

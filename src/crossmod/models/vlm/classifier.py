@@ -25,7 +25,7 @@ from transformers import AutoModelForImageTextToText
 
 from crossmod.data.heads import HeadSpecs, parse_heads
 from crossmod.models.activation_checkpointing import enable_activation_checkpointing
-from crossmod.models.backbone import Adapters, Backbone
+from crossmod.models.backbone import Adapters, Backbone, Generative
 from crossmod.models.model_folders import refuse_shipped_code
 from crossmod.models.vlm.cached_vision import CachedVision, cache_refusal
 from crossmod.models.vlm.families import family_for
@@ -108,7 +108,7 @@ def model_inputs(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in batch.items() if k not in NOT_MODEL_INPUTS and isinstance(v, torch.Tensor)}
 
 
-class VLMClassifier(nn.Module, Backbone, Adapters):
+class VLMClassifier(nn.Module, Backbone, Adapters, Generative):
     def __init__(
         self,
         name_or_path: str,
@@ -196,7 +196,7 @@ class VLMClassifier(nn.Module, Backbone, Adapters):
             raise ValueError(f"model.fusion.vision_cache must be true, false or auto, got {requested!r}")
         if requested is False:
             return None
-        reason = cache_refusal(self._base(), self.family, vision_lora)
+        reason = cache_refusal(self.base_model(), self.family, vision_lora)
         if reason is None and not directory:
             reason = "model.fusion.vision_cache_dir is not set"
         if reason is not None:
@@ -213,25 +213,25 @@ class VLMClassifier(nn.Module, Backbone, Adapters):
         inputs = model_inputs(batch)
         if self.vision_cache is None:
             return inputs
-        return self.vision_cache.inputs(self._base().model, inputs, batch.get("image_keys"))
+        return self.vision_cache.inputs(self.base_model().model, inputs, batch.get("image_keys"))
 
-    def _base(self) -> nn.Module:
+    def base_model(self) -> nn.Module:
         """The ForConditionalGeneration model (inside the PEFT wrapper when there is one)."""
         return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
 
     def last_hidden(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        hidden = self._base().model(**self.inputs_for(batch)).last_hidden_state  # no LM head over every position
+        hidden = self.base_model().model(**self.inputs_for(batch)).last_hidden_state  # no LM head over every position
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         return hidden[rows, last_token_index(batch["attention_mask"])]
 
     def answer_loss(self, batch: dict[str, Any]) -> torch.Tensor:
         """Mean cross-entropy over the answer tokens (`batch["answer"]["labels"]`: -100 on prompt, image and padding)."""
-        return self._base()(**self.inputs_for(batch), labels=batch["answer"]["labels"]).loss
+        return self.base_model()(**self.inputs_for(batch), labels=batch["answer"]["labels"]).loss
 
     def generate(self, batch: dict[str, Any], max_new_tokens: int, pad_token_id: int | None, synced_gpus: bool = False) -> torch.Tensor:
         """Greedy continuations of left-padded prompts: the new tokens only (rows end in padding after their end of turn)."""
         inputs = self.inputs_for(batch)
-        sequences = self._base().generate(
+        sequences = self.base_model().generate(
             **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_token_id, synced_gpus=synced_gpus
         )
         return sequences[:, inputs["input_ids"].shape[1] :]
@@ -248,7 +248,7 @@ class VLMClassifier(nn.Module, Backbone, Adapters):
         hidden = self.last_hidden(batch)
         if self.mode == "head":
             return hidden.float()
-        logits = self._base().lm_head(hidden).float()
+        logits = self.base_model().lm_head(hidden).float()
         options = logits.gather(1, batch["option_ids"])  # (rows, [hate, other])
         log_odds = options[:, 0] - options[:, 1]
         if asked:  # rows are meme-major: meme i's answer for head j is row i·len(asked) + j
