@@ -119,10 +119,17 @@ class TrainRun:
         rest = [o for o in overrides if o not in flags]
         command = [sys.executable, str(ROOT / script), *flags, f"paths.data_dir={self.data_dir}", f"paths.log_dir={self.log_dir}", *rest]
         full_env = {**os.environ, "HYDRA_FULL_ERROR": "1", "WANDB_MODE": "offline", "COLUMNS": "120", **(env or {})}
-        result = run_python(command, cwd=ROOT, env=full_env, timeout=scaled(timeout), fresh=fresh)
+        try:
+            result = run_python(command, cwd=ROOT, env=full_env, timeout=scaled(timeout), fresh=fresh)
+        except subprocess.TimeoutExpired as hung:  # what it printed, stall reports first: where it waited
+            out, err = (_text(stream) for stream in (hung.stdout, hung.stderr))
+            raise AssertionError(
+                f"{script} {' '.join(overrides)} timed out after {hung.timeout:.0f} s:{_stall_reports(err)}\n{out[-4000:]}\n{err[-8000:]}"
+            ) from None
         if check and result.returncode != 0:
             raise AssertionError(
                 f"{script} {' '.join(overrides)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+                + _stall_reports(result.stderr)
             )
         return result
 
@@ -131,6 +138,16 @@ class TrainRun:
 
     def metrics(self, run_dir: Path) -> dict:
         return json.loads((run_dir / "metrics.json").read_text())
+
+
+def _text(stream: str | bytes | None) -> str:
+    return stream.decode(errors="replace") if isinstance(stream, bytes) else stream or ""
+
+
+def _stall_reports(stderr: str) -> str:
+    """Every rank's stall report (callbacks.stall_report), which the tail above may have cut: where a hung rank waited."""
+    start = stderr.find("[crossmod] rank ")
+    return "" if start < 0 else f"\n--- stall reports ---\n{stderr[start : start + 30000]}"
 
 
 @pytest.fixture
