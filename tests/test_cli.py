@@ -53,6 +53,18 @@ def test_an_unknown_job_names_the_jobs():
     assert done.returncode != 0 and "no job 'trian'" in done.stderr and "  train " in done.stderr
 
 
+def test_report_by_kind_is_the_report_job_of_that_kind(monkeypatch):
+    ran: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(cli, "run_job", lambda name, args: ran.append((name, args)))
+    for kind in ("cv", "seed", "zeroshot"):
+        cli.main(["report", kind, "runs=folds"])
+    assert ran == [(f"{kind}-report", ["runs=folds"]) for kind in ("cv", "seed", "zeroshot")]
+    for wrong in ([], ["fold"]):
+        with pytest.raises(SystemExit, match=r"crossmod report cv\|seed\|zeroshot"):
+            cli.main(["report", *wrong])
+    assert "seed_report is powered by Hydra" in _crossmod("report", "seed", "--help")
+
+
 def test_ls_lists_every_shipped_experiment():
     listed = _crossmod("ls", "experiments").split(": ", 1)[1].split()
     assert listed == sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))

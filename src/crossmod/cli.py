@@ -38,6 +38,9 @@ JOBS: dict[str, Job] = {
     "synthetic": Job("crossmod.recipes.synthetic", "the synthetic memes' measured rule ([markdown=true])"),
 }
 
+# `crossmod report <kind>`: the report jobs under one name (`crossmod report cv runs=…` is `crossmod cv-report runs=…`)
+REPORTS = {name.removesuffix("-report"): name for name in JOBS if name.endswith("-report")}
+
 # `crossmod ls` groups, by the name a user asks for and the config folder that holds them
 GROUPS = {
     "experiments": "experiment",
@@ -62,6 +65,7 @@ def usage() -> str:
     return (
         "usage: crossmod <job> [overrides …]     e.g. crossmod train experiment=qwen_lora_cv fold=0\n"
         "       crossmod <job> --help             the job's own keys\n"
+        "       crossmod report " + "|".join(REPORTS) + " [overrides …]   the report jobs below, by kind\n"
         "       crossmod ls [group]               the configs to choose from (" + ", ".join(GROUPS) + ")\n"
         "       crossmod cp <group>/<name> <file> a shipped config as the start of one's own\n\n"
         f"jobs:\n{jobs}\n\n"
@@ -125,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("usage: crossmod cp <group>/<name> <file or folder>")
         print(copy_config(*rest))
         return 0
+    if command == "report":
+        if not rest or rest[0] not in REPORTS:
+            raise SystemExit(f"usage: crossmod report {'|'.join(REPORTS)} [overrides …]  (crossmod report cv runs=<folder of fold runs>)")
+        command, rest = REPORTS[rest[0]], rest[1:]
     if command not in JOBS:
         raise SystemExit(f"crossmod: no job {command!r}\n\n{usage()}")
     result = run_job(command, rest)
