@@ -73,7 +73,7 @@ def evaluate(
         records = scored[name].records
         model = load()
         rows = scorer(model, records, batch_size, threshold)
-        heads, head_rule = model.heads, getattr(model, "head_rule", None)
+        heads, head_rule = model.heads, model.head_rule
         del model  # one model in memory at a time
         if not writer:
             continue

@@ -70,6 +70,8 @@ class MemeClassifier(L.LightningModule):
     `crossmod.models.backbone.Backbone`.
     """
 
+    head_rule: str | None = None  # its own heads answer; a head mapping (src/crossmod/lib/eval_data.py ScoredAs) names its rule
+
     def __init__(
         self,
         fusion: dict[str, Any],
