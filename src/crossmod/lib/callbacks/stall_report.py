@@ -29,7 +29,7 @@ class StallReport(L.Callback):
             raise ValueError(f"callbacks.stall_report.after_s must be a positive number of seconds or null, got {after_s}")
         self.after_s, self.stream = after_s, stream
         self._last = time.monotonic()
-        self._where = "setup"
+        self._where, self._values = "setup", ()
         self._rank = 0
         self._reported = False
         self._stop = threading.Event()
@@ -39,7 +39,7 @@ class StallReport(L.Callback):
     # ---------------------------------------------------------------- the watchdog
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._rank = trainer.global_rank
-        self._beat(f"{stage} setup")
+        self._beat("{} setup", stage)
         if self.after_s is None or self._thread is not None:
             return
         self._stop.clear()
@@ -56,7 +56,7 @@ class StallReport(L.Callback):
         assert self.after_s is not None
         while not self._stop.wait(self.after_s / 4):
             with self._lock:
-                idle, where = time.monotonic() - self._last, self._where
+                idle, where = time.monotonic() - self._last, self._where.format(*self._values)
                 stalled = idle >= self.after_s and not self._reported
                 self._reported = self._reported or stalled
             if stalled:
@@ -74,34 +74,35 @@ class StallReport(L.Callback):
                 stream.write(f"Thread {names.get(ident, ident)} (most recent call last):\n{''.join(traceback.format_stack(frame))}")
         stream.flush()
 
-    def _beat(self, where: str) -> None:
+    def _beat(self, where: str, *values: Any) -> None:
+        """`where` a format string for `values`, formatted only when a report is written (nothing built per batch)."""
         with self._lock:
-            self._last, self._where, self._reported = time.monotonic(), where, False
+            self._last, self._where, self._values, self._reported = time.monotonic(), where, values, False
 
     # ---------------------------------------------------------------- the loops' heartbeats
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._beat(f"train epoch {trainer.current_epoch} start")
+        self._beat("train epoch {} start", trainer.current_epoch)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        self._beat(f"train epoch {trainer.current_epoch}, global step {trainer.global_step}")
+        self._beat("train epoch {}, global step {}", trainer.current_epoch, trainer.global_step)
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._beat("validation start")
 
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        self._beat(f"validation batch {_batch_index(args)}")
+        self._beat("validation batch {}", _batch_index(args))
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._beat("test start")
 
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        self._beat(f"test batch {_batch_index(args)}")
+        self._beat("test batch {}", _batch_index(args))
 
     def on_predict_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._beat("predict start")
 
     def on_predict_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        self._beat(f"predict batch {_batch_index(args)}")
+        self._beat("predict batch {}", _batch_index(args))
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._beat("checkpoint saved")
