@@ -92,7 +92,7 @@ def _cells(name: str, root: Path, data_dir: Path, shards: Path) -> tuple[dict[st
     export = root / "head" / culture
     manifest = json.loads((run / "manifest.json").read_text())
     shard_folder = data_dir / "shards" / f"{manifest['dataset']}-{manifest['fingerprint']}"  # where data=<name> converted to
-    facts.update(run=run, export=export, culture=culture)
+    facts.update(run=run, export=export, culture=culture, shards=shard_folder)
     predicted = _command(str(ROOT / "predict.py"), f"adapters={export}", f"inputs={shard_folder}", f"out={root / 'predictions.csv'}")
     cells["predict"] = "works" if predicted.returncode == 0 else f"refused: {predicted.stderr[-300:]}"
     evaluated = _command(str(ROOT / "evaluate.py"), f"ckpt={export}", *data, f"paths.data_dir={data_dir}", f"out={root / 'report'}")
@@ -141,3 +141,47 @@ def test_the_export_scores_the_runs_held_out_fold_with_the_runs_numbers(matrix, 
     if f"{culture}_probability" in rows[0]:  # a binary head; predict.py writes a class head's scores otherwise
         predicted = {r["id"]: float(r[f"{culture}_probability"]) for r in rows}
         assert tested and max(abs(predicted[i] - p) for i, p in tested.items()) < 1e-5
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_every_dataset_run_stands_beside_its_baselines(matrix, name):
+    """Each dataset's run measured the majority and TF-IDF baselines on its own training, selection and held-out memes
+    (the same counts as the run's stages), and the CV report shows them beside the model's held-out AUROC."""
+    _, facts = matrix[name]
+    run = facts["run"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    baselines = metrics["baselines"]
+    assert set(baselines["rows"]) == {"majority", "tfidf"}, baselines["rows"].keys()  # the tiny random encoder has no probe
+    heads = set(metrics["best"]["test"]) - {"mean", "all"}
+    for kind, row in baselines["rows"].items():
+        assert set(row["test"]) - {"mean"} == heads, kind
+        assert row["rule"] and row["name"]
+    assert baselines["memes"]["test"] > 0 and baselines["memes"]["train"] > 0
+    assert baselines["caption_tokens"]["captions"] == sum(baselines["memes"].values())
+    fold_result = json.loads((run / "fold_result.json").read_text())
+    assert set(fold_result["baselines"]) == {"majority", "tfidf"}
+    (report_md,) = (facts["export"].parents[1] / "cv_report").glob("*/cv_report.md")
+    text = report_md.read_text()
+    assert "beside the baselines" in text and "| head | model | majority | TF-IDF+LR | model − best baseline |" in text
+
+
+@pytest.mark.parametrize("name", [n for n in FIXTURES if EXPECTED[n]["export retrieval"] == "works"])
+def test_retrieval_db_refuses_the_runs_held_out_and_selection_memes(matrix, name):
+    """Adding the dataset's whole shards to the run's retrieval export is refused, naming exactly the run's held-out
+    and selection memes (by id): also on the releases without a split column (Multi3Hate, MHC), whose memes sit in
+    the shards' `all` split while their records carry no split."""
+    from crossmod.data.predict_inputs import read_inputs
+    from crossmod.lib.retrieval_db import DatabaseError, add, unseen_by_the_run
+
+    _, facts = matrix[name]
+    run, culture, shards = facts["run"], facts["culture"], facts["shards"]
+    folder = facts["export"].parents[1] / "retrieval" / culture
+    scored = set()
+    for stage in ("test", "val"):
+        with open(run / "predictions" / f"{stage}.csv") as handle:
+            scored |= {r["id"] for r in csv.DictReader(handle) if r["head"] == culture and json.loads(r["label"]) in (0, 1)}
+    card = json.loads((folder / "culture_card.json").read_text())
+    records = [r for r in read_inputs(str(shards)) if (r.get("labels") or {}).get(culture) in (0, 1)]
+    assert set(unseen_by_the_run(folder, card, records, str(shards))) == scored
+    with pytest.raises(DatabaseError, match="held out or chosen on"):
+        add(folder, str(shards), None, skip_existing=True)

@@ -140,7 +140,7 @@ def test_an_export_scores_its_runs_held_out_fold_and_counts_what_it_trained_on(f
     (fold_entry,) = [f for f in run_manifest["folds"] if f["num_folds"] == 3 and f["seed"] == 0]
     trained = run_manifest["counts"]["split"]["train"] - fold_entry["samples_per_fold"][1]
     assert entry["split"]["trained_on"] == trained and entry["split"]["selected_on"] == run_manifest["counts"]["split"]["val"]
-    assert f"trained (or chose its weights) on {trained} of these" in entry["split"]["warning"]
+    assert f"trained on {trained} of these" in entry["split"]["warning"]
 
 
 def test_explicit_split_all_warns_how_many_memes_the_fold_run_trained_on(fold_sweep, caplog):
@@ -152,7 +152,7 @@ def test_explicit_split_all_warns_how_many_memes_the_fold_run_trained_on(fold_sw
     trained = manifest["counts"]["split"]["train"] - entry["samples_per_fold"][1]
     rule = json.loads((run / "metrics.json").read_text())["selection"]["rule"]
     assert rule == "val_split"  # the synthetic set has its own validation split
-    assert f"trained (or chose its weights) on {trained} of these {manifest['samples_written']} memes" in scored.warning
+    assert f"trained on {trained} of these {manifest['samples_written']} memes" in scored.warning
     assert f"chose its weights on {manifest['counts']['split']['val']} of them (rule val_split)" in scored.warning
     assert any(scored.warning in record.getMessage() and record.levelname == "WARNING" for record in caplog.records)
     (last,) = run_facts(run / "checkpoints" / "last.ckpt")  # a checkpoint file: its run's facts, and whether it is the chosen one

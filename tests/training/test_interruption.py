@@ -96,3 +96,41 @@ def test_final_weights_runs_keep_a_weights_only_last_checkpoint(train_run):
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert "optimizer_states" not in state and state["state_dict"]
     assert json.loads((run_dir / "status.json").read_text())["removed_resume_checkpoints"]
+
+
+# A signal raised at a chosen place of the run (setup, the baselines, testing): the place's function, patched to
+# send SIGTERM to its own process before it runs, as a user's kill would arrive there.
+STOP_AT = {
+    "model setup": ("transformers", "AutoTokenizer", "from_pretrained"),  # inside Hydra's instantiate of the model
+    "baselines": ("crossmod.lib.baselines", None, "compute"),
+    "testing": ("lightning.pytorch", "Trainer", "test"),
+}
+STOPPER = """
+import importlib, os, signal, sys
+module, owner, name = sys.argv[1:4]
+target = importlib.import_module(module)
+holder = getattr(target, owner) if owner != "-" else target
+original = getattr(holder, name)
+def stop(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return original(*args, **kwargs)
+setattr(holder, name, staticmethod(stop) if isinstance(holder, type) and name == "from_pretrained" else stop)
+sys.argv = ["train.py", *sys.argv[4:]]
+from crossmod.recipes.train import main
+main()
+"""
+
+
+@pytest.mark.parametrize("place", list(STOP_AT))
+def test_a_signal_anywhere_in_the_run_exits_143_and_says_interrupted(train_run, place):
+    module, owner, name = STOP_AT[place]
+    run_id = f"stopped-at-{place.replace(' ', '-')}"
+    overrides = [f"paths.data_dir={train_run.data_dir}", f"paths.log_dir={train_run.log_dir}", *RUN, "trainer.max_epochs=1"]
+    env = {**os.environ, "CROSSMOD_RUN_ID": run_id, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPER, module, owner or "-", name, *overrides],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600),
+    )  # fmt: skip
+    assert done.returncode == 128 + signal.SIGTERM, (done.stdout[-2000:], done.stderr[-3000:])
+    status = json.loads((train_run.log_dir / "synthetic_concat" / "runs" / run_id / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["signal"] == "SIGTERM", status

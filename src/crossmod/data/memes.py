@@ -240,6 +240,16 @@ class MemeDataModule(L.LightningDataModule):
         names = [s["name"] for s in self.manifest["shards"] if s["split"] in self.folds.fold_splits]
         return {r["id"]: r["labels"] for r in iter_records(self.dataset_dir, names, self.remote) if self.roles[r["group"]] == "test"}
 
+    def stage_records(self, stage: str) -> list[dict[str, Any]]:
+        """The JSON records (no image) of the memes a stage reads (`train`, `val`, `test`), in manifest order: what the
+        baselines (src/crossmod/lib/baselines.py) fit and score on, the same memes the model trains and is scored on."""
+        if stage == "val" and self.folds.selection in NO_SELECTION:
+            return []
+        splits, role = self._plan().reads(stage)
+        names = [s["name"] for s in self.manifest["shards"] if s["split"] in splits]
+        keep = RoleFilter(self.roles, role) if role is not None else None
+        return [r for r in iter_records(self.dataset_dir, names, self.remote) if keep is None or keep(r)]
+
     # ---------------------------------------------------------------- resume state
     def state_dict(self) -> dict[str, Any]:
         """The training stream's position, saved in every checkpoint written while fitting."""

@@ -34,6 +34,13 @@ MANIFEST = "manifest.json"
 DEFAULT_SPLIT_ROLES: dict[str, list[str]] = {"train": ["train"], "val": ["val"], "test": ["test"], "folds": ["train"]}
 TAR_MTIME = 0  # fixed member times: a rerun writes byte-identical shards
 
+NO_SPLIT = "all"  # the shard split of a release without a split column (Multi3Hate, MHC): its samples' `split` is None
+
+
+def shard_split(record: dict[str, Any]) -> str:
+    """The split a sample record's shards were written under: its own, or NO_SPLIT where the release has none."""
+    return record.get("split") or NO_SPLIT
+
 
 @dataclass
 class Skipped:
@@ -175,7 +182,7 @@ def write_shards(
             if record.id in seen_ids:
                 raise ValueError(f"{dataset}: duplicate sample id {record.id}")
             seen_ids.add(record.id)
-            split = record.split or "all"
+            split = record.split or NO_SPLIT
             writer = writers.get(split) or writers.setdefault(split, _SplitWriter(partial, split, maxcount))
             writer.write(record.to_shard_entry(f"{written:09d}"))
             written += 1

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from crossmod.data.selection_rules import RULES
 from crossmod.evaluation.alignment import BEST, alignment_matrix, alignment_table
+from crossmod.evaluation.baselines import LABELS
 from crossmod.evaluation.predictions import binary_scores
 from crossmod.evaluation.summary import mean_std
 
@@ -167,11 +168,50 @@ def summarise(results: Mapping[int, FoldResult], oof: PooledOOF) -> dict[str, An
     return {
         "selection": {"rule": rule, "description": RULES[rule]},
         "metrics": summary,
+        "baselines": summarise_baselines(results),
         "pooled_oof_auroc": {head: row[head] for head, row in alignment.items() if head in row},  # own labels, all folds pooled
         "alignment": alignment,
         "oof_samples": oof.samples,
         "ids_in_two_folds": oof.ids_in_two_folds,
     }
+
+
+def summarise_baselines(results: Mapping[int, FoldResult]) -> dict[str, Any]:
+    """Each baseline every fold measured: its name and rule, and mean ± std over the held-out folds per head and metric
+    (`cv/{head}/{metric}_mean`), the same folds and memes as the model's."""
+    rows = [r.get("baselines") or {} for r in results.values()]
+    kinds = [kind for kind in rows[0] if all(kind in row for row in rows)] if rows else []
+    return {
+        kind: {
+            "name": rows[0][kind]["name"],
+            "rule": rows[0][kind]["rule"],
+            "metrics": prefixed_mean_std(_per_head_metric([row[kind].get("test") or {} for row in rows]), "cv"),
+        }
+        for kind in kinds
+    }
+
+
+def baselines_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
+    """The held-out AUROC of the model beside each baseline's (mean ± std over folds), and the model's margin over the
+    best baseline's mean (negative: the model loses to it)."""
+    baselines = result.get("baselines") or {}
+    if not baselines:
+        return []
+    cell = lambda m, h: (m.get(f"cv/{h}/auroc_mean"), m.get(f"cv/{h}/auroc_std"))  # noqa: E731
+    lines = ["", "Held-out AUROC beside the baselines on the same folds and memes (mean ± sample std over folds):", ""]
+    lines += [
+        f"| head | model | {' | '.join(LABELS.get(k, k) for k in baselines)} | model − best baseline |",
+        "|---|" + "---|" * (len(baselines) + 2),
+    ]
+    for head in heads:
+        model = cell(result["metrics"], head)
+        others = [cell(b["metrics"], head) for b in baselines.values()]
+        text = [f"{m:.3f} ± {s:.3f}" if m is not None else "—" for m, s in [model, *others]]
+        means = [m for m, _ in others if m is not None]
+        delta = f"{model[0] - max(means):+.3f}" if model[0] is not None and means else "—"
+        lines.append(f"| {head} | " + " | ".join(text) + f" | {delta} |")
+    lines += [""] + [f"- {kind}: {b['name']}; {b['rule']}." for kind, b in baselines.items()]
+    return lines
 
 
 # The per-head columns of cv_report.md: metric key → heading. Accuracy at 0.5 is shown beside the majority-class rate
@@ -207,6 +247,7 @@ def cv_markdown(name: str, folds: list[int], problems: list[str], result: dict[s
         pooled = result["pooled_oof_auroc"].get(head)
         lines.append(f"| {head} | " + " | ".join(cells) + f" | {'' if pooled is None else f'{pooled:.3f}'} |")
     lines += ["", CV_COLUMNS_NOTE]
+    lines += baselines_markdown(result, heads)
     if not result["alignment"]:
         return "\n".join([*lines, "", "No binary heads: no pooled ROC or alignment matrix.", ""])
     lines += ["", f"Alignment (AUROC of each head's scores against each culture's labels; {BEST} = best culture; no test):", ""]

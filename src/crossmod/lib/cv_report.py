@@ -85,6 +85,7 @@ def read_fold_result(path: Path) -> dict[str, Any]:
             if wrong:
                 raise ReportInputError(f"{path}: {field}.{key}.{wrong[0]} is not a number", FIX)
     _check_threshold(result, path)
+    _check_baselines(result, path)
     columns = _field(result, path, "oof_predictions", dict)
     lengths = {column: len(columns[column]) if isinstance(columns.get(column), list) else None for column in COLUMNS}
     if None in lengths.values() or len(set(lengths.values())) > 1:
@@ -93,6 +94,22 @@ def read_fold_result(path: Path) -> dict[str, Any]:
     if not texts or not all(_number(v) or isinstance(v, list) for column in ("probability", "label") for v in columns[column]):
         raise ReportInputError(f"{path}: oof_predictions holds ids or heads that are not strings, or scores that are not numbers", FIX)
     return result
+
+
+def _check_baselines(result: dict[str, Any], path: Path) -> None:
+    """`baselines` (optional): {kind: {name, rule, test: {head: {metric: number}}, …}}, finite numbers in [0, 1]."""
+    recorded = _field(result, path, "baselines", dict, optional=True) or {}
+    for kind, row in recorded.items():
+        if not isinstance(row, dict) or not isinstance(row.get("name"), str) or not isinstance(row.get("rule"), str):
+            raise ReportInputError(f"{path}: baselines.{kind} needs a name and a rule (strings)", FIX)
+        for stage in ("val", "test"):
+            table = row.get(stage) or {}
+            if not isinstance(table, dict):
+                raise ReportInputError(f"{path}: baselines.{kind}.{stage} is not an object", FIX)
+            for head, scores in table.items():
+                good = isinstance(scores, dict) and all(v is None or (_number(v) and 0.0 <= v <= 1.0) for v in scores.values())
+                if not good:
+                    raise ReportInputError(f"{path}: baselines.{kind}.{stage}.{head} is not an object of scores in [0, 1]", FIX)
 
 
 def _check_threshold(result: dict[str, Any], path: Path) -> None:

@@ -22,12 +22,14 @@ from omegaconf import DictConfig
 
 from crossmod.data.selection_rules import RULES
 from crossmod.evaluation.thresholds import threshold_on_selection
+from crossmod.lib.baselines import prepare as measure_baselines
+from crossmod.lib.baselines import read as read_baselines
 from crossmod.lib.callbacks.interruption import Interrupted, InterruptionCheckpoint
 from crossmod.lib.callbacks.rng_states import RngStates
 from crossmod.lib.console import configure_console
 from crossmod.lib.consolidate import restore_weights, zero_state_dict
 from crossmod.lib.finished_run import finished_run_checkpoints
-from crossmod.lib.report import print_table
+from crossmod.lib.report import print_baselines, print_table
 from crossmod.lib.resolvers import run_variants, task_overrides
 from crossmod.lib.run_environment import run_environment
 from crossmod.lib.run_status import RunStatus, command_line
@@ -67,17 +69,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     status.write("running")
     try:
         metrics = _run(cfg, run_dir, interruption)
-    except (SIGTERMException, Interrupted):
-        name = signal.Signals(interruption.signum or signal.SIGTERM).name
-        facts: dict[str, Any] = {"signal": name, "checkpoint": str(interruption.saved) if interruption.saved else None}
-        if interruption.saved:
-            facts["resume"] = f"{command_line()} ckpt_path={interruption.saved}"
-        status.write("interrupted", **facts)
-        rank_zero_info(
-            f"Stopped by {name}" + (f"; resume with: {facts['resume']}" if interruption.saved else " (outside training: nothing to resume)")
-        )
-        raise SystemExit(interruption.exit_status()) from None
     except BaseException as error:
+        # a signal may surface wrapped by the library it interrupted (Hydra's instantiate re-raises it as its own error)
+        if isinstance(error, SIGTERMException | Interrupted) or (interruption.signum is not None and not isinstance(error, SystemExit)):
+            _stopped(status, interruption)
         if not (isinstance(error, SystemExit) and error.code in (None, 0)):
             status.write("failed", error=f"{type(error).__name__}: {error}"[:2000])
         raise
@@ -85,6 +80,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     status.write("finished", **({"removed_resume_checkpoints": slim} if slim else {}))
     close_process_group()
     return metrics
+
+
+def _stopped(status: RunStatus, interruption: InterruptionCheckpoint) -> None:
+    """A signal stopped the run (in setup, training or scoring): say so, and exit with 128 + its number."""
+    name = signal.Signals(interruption.signum or signal.SIGTERM).name
+    facts: dict[str, Any] = {"signal": name, "checkpoint": str(interruption.saved) if interruption.saved else None}
+    if interruption.saved:
+        facts["resume"] = f"{command_line()} ckpt_path={interruption.saved}"
+    status.write("interrupted", **facts)
+    rank_zero_info(f"Stopped by {name}" + (f"; resume with: {facts['resume']}" if interruption.saved else " (outside training: nothing to resume)"))
+    raise SystemExit(interruption.exit_status()) from None
 
 
 def close_process_group() -> None:
@@ -129,11 +135,15 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
     for logger in parts.loggers:
         logger.log_hyperparams(_loggable(cfg))
     final_val: dict[str, float] = {}
+    fresh = cfg.get("train", True) and not cfg.get("ckpt_path")  # a resumed run keeps the baselines it measured
+    baselines = measure_baselines(cfg, parts.datamodule, parts.model, parts.trainer, run_dir) if fresh else read_baselines(run_dir)
     if cfg.get("train", True):
         parts.trainer.fit(parts.model, datamodule=parts.datamodule, ckpt_path=cfg.get("ckpt_path"))
         final_val = {k: float(v) for k, v in parts.trainer.callback_metrics.items() if k.startswith("val/")}
     scored = _score_selected(cfg, parts)
     metrics = _metrics(cfg, parts, scored, final_val)
+    if baselines is not None:
+        metrics["baselines"] = baselines
     if isinstance(parts.model.backbone, Adapters) and cfg.model.get("fusion", {}).get("lora"):
         # every rank takes part (ZeRO-3 gathers the adapter collectively); rank 0 writes the scored weights
         metrics["adapter"] = str(parts.model.export_adapter(run_dir / "adapter", write=parts.trainer.is_global_zero))
@@ -246,6 +256,8 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
         write_metrics(run_dir, metrics)
     if cfg.get("print_table", True):
         print_table(metrics, f"{cfg.label} (fold {cfg.get('fold')})", f"Selection: {scored.rule} — {scored.description}")
+        if metrics.get("baselines"):
+            print_baselines(metrics)
         if transfer is not None:
             from crossmod.lib.eval_data import print_transfer
 

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from crossmod.evaluation.baselines import LABELS
 from crossmod.evaluation.metrics import METRIC_LABELS, METRICS, REFERENCE_METRICS
 
 
@@ -48,3 +49,42 @@ def print_table(metrics: dict[str, Any], title: str, note: str | None = None) ->
     )
     if note:
         console.print(note, soft_wrap=True)
+
+
+def baseline_table(metrics: dict[str, Any], title: str) -> Table:
+    """The model's test AUROC and accuracy beside each baseline's on the same test memes, per head, and the model's
+    AUROC minus the best baseline's (negative: the model loses to a baseline)."""
+    rows = metrics["baselines"]["rows"]
+    test = metrics["best"].get("test", {})
+    names = [name for name in LABELS if name in rows and "test" in rows[name]]
+    table = Table(title=title)
+    table.add_column("head", justify="left")
+    for column in ["model", *(LABELS[name] for name in names)]:
+        table.add_column(f"{column}\nAUROC / acc", justify="right", no_wrap=True)
+    table.add_column("model −\nbest baseline\nAUROC", justify="right")
+    heads = [h for h in test if h not in ("mean", "all")] + ["mean"]
+    for head in heads:
+        cells = [test.get(head, {})] + [rows[name]["test"].get(head, {}) for name in names]
+        pairs = [f"{_fmt(c.get('auroc'))} / {_fmt(c.get('acc'))}" for c in cells]
+        others = [c.get("auroc") for c in cells[1:] if c.get("auroc") is not None]
+        model = cells[0].get("auroc")
+        delta = "—" if model is None or not others else f"{model - max(others):+.3f}"
+        table.add_row(head, *pairs, delta, style="bold" if head == "mean" else None)
+    return table
+
+
+def print_baselines(metrics: dict[str, Any]) -> None:
+    """The baselines table and the rule behind each of its rows."""
+    console = Console()
+    if "test" not in metrics["best"] or not metrics["best"]["test"]:
+        return
+    console.print(baseline_table(metrics, "Baselines on the same test memes"))
+    for name, row in metrics["baselines"]["rows"].items():
+        console.print(f"{LABELS.get(name, name)}: {row['name']}; {row['rule']}.", soft_wrap=True)
+    lengths = metrics["baselines"].get("caption_tokens")
+    if lengths:
+        console.print(
+            f"Captions: {lengths['truncated']} of {lengths['captions']} cut at max_length={lengths['max_length']} tokens "
+            f"(median {lengths['median']:.0f}, 95th percentile {lengths['p95']:.0f}, longest {lengths['max']}).",
+            soft_wrap=True,
+        )

@@ -232,8 +232,13 @@ def lr_for_weights(random_lr: float, pretrained_lr: float, *weights: Any) -> flo
     on-the-fly tiny models, folders named `tiny-…`, and timm's `pretrained=false`), else `pretrained_lr` (a hub id or
     a real model folder): a rate that trains a random tiny model in minutes leaves a pretrained one predicting a
     constant, and one that fine-tunes a pretrained encoder leaves a random one unlearned."""
-    random_start = all(w is False or str(w).lower() == "false" or Path(str(w)).name.startswith("tiny-") for w in weights)
-    return float(random_lr if random_start else pretrained_lr)
+    return float(random_lr if random_start(*weights) else pretrained_lr)
+
+
+def random_start(*weights: Any) -> bool:
+    """Whether every one of these encoders starts from random weights (crossmod's tiny models, `tiny-…` folders,
+    timm's `pretrained=false`) rather than pretrained ones."""
+    return all(w is False or str(w).lower() == "false" or Path(str(w)).name.startswith("tiny-") for w in weights)
 
 
 def is_bf16(precision: str) -> bool:

@@ -246,6 +246,7 @@ def unseen_by_the_run(folder: Path, card: dict[str, Any], records: list[dict[str
         return []
     from crossmod.data.folds import find_folds, find_inner_validation
     from crossmod.data.selection_rules import fold_splits
+    from crossmod.data.shards import shard_split
 
     manifest = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").is_file() else {}
     roles = manifest.get("split_roles") or {}
@@ -256,7 +257,7 @@ def unseen_by_the_run(folder: Path, card: dict[str, Any], records: list[dict[str
     if fold is None:  # the dataset's own splits: its test split is held out, its val split selected on
         held = set(trained_on.get("test_splits") or roles.get("test") or ["test"])
         return [
-            r["id"] for r in records if r.get("split") in held or (rule in ("dataset_val", "val_split") and r.get("split") in val_splits)
+            r["id"] for r in records if shard_split(r) in held or (rule in ("dataset_val", "val_split") and shard_split(r) in val_splits)
         ]
     train_splits = trained_on.get("train_splits") or roles.get("train") or []
     entry = find_folds(manifest, trained_on["num_folds"], trained_on.get("fold_seed") or 0, sorted(fold_splits(list(train_splits))))
@@ -266,10 +267,10 @@ def unseen_by_the_run(folder: Path, card: dict[str, Any], records: list[dict[str
     chosen_on = set(inner["groups"]) if inner else set()
     unseen = []
     for record in records:
-        in_folds = record.get("split") in entry["splits"]
+        in_folds = shard_split(record) in entry["splits"]  # a split-less release's memes are all in NO_SPLIT
         if in_folds and (entry["assignment"].get(record.get("group")) == fold or record.get("group") in chosen_on):
             unseen.append(record["id"])
-        elif rule in ("dataset_val", "val_split") and record.get("split") in val_splits:
+        elif rule in ("dataset_val", "val_split") and shard_split(record) in val_splits:
             unseen.append(record["id"])
     return unseen
 

@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from crossmod.data.data_settings import default as data_default
-from crossmod.data.folds import find_folds
+from crossmod.data.folds import find_folds, find_inner_validation
 from crossmod.data.remote import is_remote
 from crossmod.data.shards import read_manifest, read_samples
 from crossmod.lib.consolidate import is_deepspeed_checkpoint
@@ -281,9 +281,14 @@ def _seen_warning(run: RunFacts, reader: SplitReader, records: list[tuple[str, d
     selected = sum(1 for s, _ in records if s in val_splits)
     if run.fold is not None:
         entry = _fold_entry(run)
-        seen = sum(1 for s, r in records if s in entry["splits"] and entry["assignment"].get(r["group"], run.fold) != run.fold)
+        # under the inner rule the selection memes are groups of the training folds: counted as chosen on, not trained on
+        stored = find_inner_validation(entry, run.fold, float(_data_setting(run, "inner_share"))) if rule == "inner" else None
+        inner = set(stored["groups"]) if stored else set()
+        outside = [r for s, r in records if s in entry["splits"] and entry["assignment"].get(r["group"], run.fold) != run.fold]
+        selected += sum(1 for r in outside if r["group"] in inner)
+        seen = len(outside) - sum(1 for r in outside if r["group"] in inner)
         what = f"fold run {run.name} (held-out fold {run.fold} of {run.num_folds})"
-        verb, hint = "trained (or chose its weights) on", "leave split= out (split=auto) to score its held-out fold only"
+        verb, hint = "trained on", "leave split= out (split=auto) to score its held-out fold only"
     else:
         seen = sum(1 for s, _ in records if s in set(_data_setting(run, "train_splits")))
         what, verb, hint = f"run {run.name}", "trained on", "score its test split instead"

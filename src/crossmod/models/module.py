@@ -61,6 +61,23 @@ def rename_head_keys(module: nn.Module, state: dict[str, Any], prefix: str, *_: 
             state[prefix + RENAMED_PREFIXES[old] + local[len(old) :]] = state.pop(key)
 
 
+TEXT_ENCODER = "backbone.text."
+LAYER_INDEX = re.compile(r"\.layers?\.(\d+)\.")
+
+
+def layer_scales(names: list[str], decay: float | None) -> dict[str, float]:
+    """Layer-wise learning-rate decay of the text encoder (ELECTRA's, BEiT's): the head and everything outside the
+    encoder at the base rate, its layer i of L at decay^(L - i), its embeddings at decay^(L + 1). Empty without decay."""
+    if decay is None:
+        return {}
+    if not 0.0 < float(decay) <= 1.0:
+        raise ValueError(f"model.layer_decay must be in (0, 1], got {decay}")
+    encoder = [n for n in names if n.startswith(TEXT_ENCODER)]
+    layers = {n: int(m.group(1)) for n in encoder if (m := LAYER_INDEX.search(n))}
+    depth = max(layers.values(), default=-1) + 1
+    return {n: float(decay) ** (depth - layers[n] if n in layers else depth + 1) for n in encoder}
+
+
 class MemeClassifier(L.LightningModule):
     """Multi-head classifier over any feature backbone (text, image, fusion …).
 
@@ -89,9 +106,13 @@ class MemeClassifier(L.LightningModule):
         rgcl: dict[str, Any] | None = None,
         classify: str = "head",
         retrieval: dict[str, Any] | None = None,
+        head_init: str = "random",
+        layer_decay: float | None = None,
     ) -> None:
         """`name_or_path`, `prompt` and `family` are family-level settings (the VLM's checkpoint, prompt, family row) that the
-        fusion and the preprocessor share through interpolation; they are kept with the hyperparameters."""
+        fusion and the preprocessor share through interpolation; they are kept with the hyperparameters. `head_init`
+        (random | probe: LP-FT, applied before fit by src/crossmod/lib/baselines.py) and `layer_decay` (layer-wise
+        learning-rate decay of the text encoder, `parameter_groups`) are the fine-tuning recipe's."""
         super().__init__()
         # logger=False: loggers get the whole run config, secrets redacted (src/crossmod/lib/pipeline.py), not these
         self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")}, logger=False)
@@ -309,21 +330,22 @@ class MemeClassifier(L.LightningModule):
         weight decay for biases and norm weights."""
         rules = [(name, re.compile(rule["pattern"]), rule) for name, rule in (self.hparams.param_groups or {}).items()]
         weight_decay = float(self.hparams.optimizer.get("weight_decay", 0.0))
-        buckets: dict[tuple[str, bool], list[nn.Parameter]] = {}
-        for name, param in self.named_parameters():
-            if not param.requires_grad:
-                continue
+        trainable = [(name, param) for name, param in self.named_parameters() if param.requires_grad]
+        scales = layer_scales([name for name, _ in trainable], self.hparams.get("layer_decay"))
+        buckets: dict[tuple[str, bool, float], list[nn.Parameter]] = {}
+        for name, param in trainable:
             rule = next((r for r in rules if r[1].search(name)), None)
             no_decay = param.ndim < 2 or "norm" in name.lower()
-            buckets.setdefault((rule[0] if rule else "default", no_decay), []).append(param)
+            buckets.setdefault((rule[0] if rule else "default", no_decay, scales.get(name, 1.0)), []).append(param)
         by_name = {name: rule for name, _, rule in rules}
         groups = []
-        for (group, no_decay), params in buckets.items():
+        for (group, no_decay, scale), params in buckets.items():
             rule = by_name.get(group, {})
             decay = float(rule.get("weight_decay", weight_decay))
-            entry = {"params": params, "weight_decay": 0.0 if no_decay else decay, "name": f"{group}{'/no_decay' if no_decay else ''}"}
-            if "lr" in rule:
-                entry["lr"] = float(rule["lr"])
+            label = f"{group}{'/no_decay' if no_decay else ''}{f'/lr x{scale:.4g}' if scale != 1.0 else ''}"
+            entry = {"params": params, "weight_decay": 0.0 if no_decay else decay, "name": label}
+            if "lr" in rule or scale != 1.0:
+                entry["lr"] = float(rule.get("lr", self.hparams.optimizer["lr"])) * scale
             groups.append(entry)
         return groups
 

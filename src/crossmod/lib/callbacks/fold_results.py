@@ -22,9 +22,19 @@ from lightning.pytorch.trainer.states import TrainerFn
 from crossmod.evaluation.predictions import read_prediction_columns
 from crossmod.evaluation.summary import json_safe
 from crossmod.evaluation.thresholds import threshold_on_selection
+from crossmod.lib.baselines import read as read_baselines
 from crossmod.lib.runs import nest
 
 FILENAME = "fold_result.json"
+
+
+def baseline_scores(run_dir: Path) -> dict[str, Any] | None:
+    """Each baseline's name, rule and held-out (`test`) and selection (`val`) scores, from the run's baselines.json."""
+    measured = read_baselines(run_dir)
+    if measured is None:
+        return None
+    keep = ("name", "rule", "C", "val", "test")
+    return {kind: {k: v for k, v in row.items() if k in keep} for kind, row in measured["rows"].items()}
 
 
 def _floats(metrics: dict[str, Any], stage: str) -> dict[str, float]:
@@ -105,6 +115,8 @@ class FoldResultWriter(L.Callback):
             "held_out_labels": labels,
             # macro-F1 at the threshold the selection split chose (never the held-out fold), beside accuracy at 0.5
             "selection_threshold": threshold_on_selection(self.predictions.parent),
+            # the baselines on the same memes (majority, TF-IDF, probe), measured before fit (src/crossmod/lib/baselines.py)
+            "baselines": baseline_scores(self.dirpath),
         }
         path = self.dirpath / FILENAME
         path.parent.mkdir(parents=True, exist_ok=True)
