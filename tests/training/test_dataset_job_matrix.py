@@ -185,3 +185,32 @@ def test_retrieval_db_refuses_the_runs_held_out_and_selection_memes(matrix, name
     assert set(unseen_by_the_run(folder, card, records, str(shards))) == scored
     with pytest.raises(DatabaseError, match="held out or chosen on"):
         add(folder, str(shards), None, skip_existing=True)
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_evaluate_puts_the_runs_baselines_beside_its_held_out_numbers(matrix, name):
+    """Scoring a run folder on its held-out memes (split=auto) carries the baselines it measured on those memes into
+    the report, and summary.md shows them beside the model's AUROC; on other memes (split=all) it carries none."""
+    from crossmod.evaluation.run_report import summary_markdown
+    from crossmod.lib.scored_splits import run_facts, scored_splits
+
+    _, facts = matrix[name]
+    run = facts["run"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    (scored,) = scored_splits(run_facts(run), "auto", facts["shards"], ["test"]).values()
+    assert scored.baselines is not None and set(scored.baselines) == set(metrics["baselines"]["rows"])
+    assert scored.baselines["tfidf"]["test"] == metrics["baselines"]["rows"]["tfidf"]["test"]
+    (everything,) = scored_splits(run_facts(run), "all", facts["shards"], ["test"]).values()
+    assert everything.baselines is None
+    # split=all counts the run's selection memes as chosen on (also the inner split of a release without a split column)
+    with open(run / "predictions" / "val.csv") as handle:
+        selection = {r["id"] for r in csv.DictReader(handle)}
+    assert everything.selected_on == len(selection) > 0, (everything.selected_on, len(selection))
+    scores = {  # metrics.json writes NaN as null; the report's own scores are floats
+        head: {k: float("nan") if v is None else v for k, v in s.items()}
+        for head, s in metrics["best"]["test"].items()
+        if isinstance(s, dict) and "auroc" in s
+    }
+    entry = {"split": scored.describe(), "selection": scored.selection, "metrics": scores, "baselines": scored.baselines}
+    text = summary_markdown({"dataset": name, "items": len(scored.records), "runs": {"run": entry}}, [])
+    assert "| head | AUROC | acc | F1 | majority AUROC | TF-IDF+LR AUROC |" in text

@@ -207,6 +207,7 @@ def test_adding_the_runs_held_out_or_selection_memes_is_refused_unless_asked(rgc
     source = json.loads((adapter / "culture_card.json").read_text())["retrieval"]["sources"][-1]
     labelled_held_out = [r for r in read_inputs(shards, ["train"]) if r["id"] in held_out and r["labels"].get("US") in (0, 1)]
     assert source["held_out_or_selection_memes"] == len(labelled_held_out) > 0
+    assert source["from"] == Path(shards).name and source["dataset"] == "synthetic"  # no path of this machine in a shared card
 
 
 def _copies_under_new_ids(records: list[dict], out: Path, heads: dict) -> Path:

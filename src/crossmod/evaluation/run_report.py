@@ -17,6 +17,7 @@ import torch
 
 from crossmod.data.heads import Head
 from crossmod.evaluation.alignment import alignment_matrix, alignment_table
+from crossmod.evaluation.baselines import LABELS
 from crossmod.evaluation.functional import functional_markdown, functional_report
 from crossmod.evaluation.metrics import head_scores
 from crossmod.evaluation.task_metrics import performance_score, subset_rule_accuracy, toxictags_stages
@@ -101,13 +102,32 @@ def dataset_sections(heads: Heads, rows: Rows, records: Rows, data_heads: Heads,
     return extra
 
 
+def _score(value: float | None) -> str:
+    return "—" if value is None or value != value else f"{value:.3f}"
+
+
 def summary_markdown(report: dict[str, Any], figures: Collection[str]) -> str:
     """summary.md of an evaluation report; `figures` names the report-level PNGs present (alignment.png, roc.png)."""
     lines = [f"# Evaluation on {report['dataset']} ({report['items']} items, {len(report['runs'])} run(s))", ""]
     for name, entry in report["runs"].items():
-        lines += [f"## {name}", "", *split_lines(entry), "", "| head | AUROC | acc | F1 |", "|---|---|---|---|"]
+        baselines = entry.get("baselines") or {}
+        columns = "".join(f" {LABELS.get(kind, kind)} AUROC |" for kind in baselines)
+        lines += [
+            f"## {name}",
+            "",
+            *split_lines(entry),
+            "",
+            f"| head | AUROC | acc | F1 |{columns}",
+            "|---|---|---|---|" + "---|" * len(baselines),
+        ]
         for head, s in entry["metrics"].items():
-            lines.append(f"| {head} | {s['auroc']:.3f} | {s['acc']:.3f} | {s['f1']:.3f} |")
+            cells = "".join(f" {_score(b['test'].get(head, {}).get('auroc'))} |" for b in baselines.values())
+            lines.append(f"| {head} | {s['auroc']:.3f} | {s['acc']:.3f} | {s['f1']:.3f} |{cells}")
+        lines += (
+            ["", *(f"{LABELS.get(k, k)}: {b['name']}; {b['rule']} (measured by the run on these memes)." for k, b in baselines.items())]
+            if baselines
+            else []
+        )
         for key in ("toxictags", "memebridge"):
             if key in entry:
                 lines += [

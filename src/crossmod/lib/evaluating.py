@@ -87,6 +87,8 @@ def evaluate(
             "alignment": scores.alignment,
             **scores.sections,
         }
+        if scored[name].baselines:  # the run's baselines on these very memes, beside its numbers
+            report["runs"][name]["baselines"] = scored[name].baselines
         if head_rule:  # a mapped head (evaluate.py head=, transfer.head): which trained head answered, and why
             report["runs"][name]["head"] = head_rule
         if "mhc" in scores.sections:

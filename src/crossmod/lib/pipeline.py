@@ -89,7 +89,9 @@ def _stopped(status: RunStatus, interruption: InterruptionCheckpoint) -> None:
     if interruption.saved:
         facts["resume"] = f"{command_line()} ckpt_path={interruption.saved}"
     status.write("interrupted", **facts)
-    rank_zero_info(f"Stopped by {name}" + (f"; resume with: {facts['resume']}" if interruption.saved else " (outside training: nothing to resume)"))
+    rank_zero_info(
+        f"Stopped by {name}" + (f"; resume with: {facts['resume']}" if interruption.saved else " (outside training: nothing to resume)")
+    )
     raise SystemExit(interruption.exit_status()) from None
 
 

@@ -303,6 +303,20 @@ def _unseen_keys(folder: Path, card: dict[str, Any]) -> NearDuplicates:
         raise DatabaseError(str(error), REBUILD) from None
 
 
+def _source_of(shards: str) -> dict[str, Any]:
+    """How the card names memes it took in: the shards' dataset and fingerprint (their manifest's) and the folder's name,
+    never a path of this machine (a card is shared with the adapter)."""
+    manifest = Path(shards) / "manifest.json"
+    try:
+        facts = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    except ValueError:
+        facts = {}
+    source = {"from": Path(shards.rstrip("/")).name if "://" not in shards else shards.split("?")[0]}
+    if isinstance(facts, dict):
+        source.update({k: facts[k] for k in ("dataset", "fingerprint") if isinstance(facts.get(k), str)})
+    return source
+
+
 def add(
     folder: Path,
     shards: str,
@@ -365,7 +379,7 @@ def add(
             **facts,
             "sources": [
                 *card["retrieval"].get("sources", []),
-                {"from": str(shards), "memes": len(new), "held_out_or_selection_memes": counts["held_out_added"]},
+                {**_source_of(str(shards)), "memes": len(new), "held_out_or_selection_memes": counts["held_out_added"]},
             ],
         }
         # through a fresh temporary file and a rename: a link planted at the card's name is replaced, never written through

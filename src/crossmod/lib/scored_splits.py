@@ -58,6 +58,7 @@ class ScoredSplit:
 
     trained_on: int = 0  # scored memes the run trained on (or, in a fold run, that were not its held-out fold)
     selected_on: int = 0  # scored memes the run chose its weights on
+    baselines: dict[str, Any] | None = None  # the run's baselines on these very memes (its test stage), where it measured them
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -157,9 +158,21 @@ def scored_splits(facts: list[RunFacts], split: str, dataset_dir: Path, test_spl
     for run in facts:
         if split == "auto":
             result[run.name] = _held_out(run, reader) if run.fold is not None else _test_split(run, reader, test_splits)
+            result[run.name].baselines = _baselines_on(run, reader, result[run.name])
         else:
             result[run.name] = _explicit(run, reader, split)
     return result
+
+
+def _baselines_on(run: RunFacts, reader: SplitReader, scored: ScoredSplit) -> dict[str, Any] | None:
+    """The baselines the run measured on its test stage, when these scored memes are that stage (its dataset, as many
+    memes): each kind's name, rule and scores."""
+    from crossmod.lib.baselines import read
+
+    measured = read(run.run_dir) if run.run_dir is not None else None
+    if not measured or _run_dataset(run) != reader.manifest["dataset"] or measured["memes"].get("test") != len(scored.records):
+        return None
+    return {kind: {k: row[k] for k in ("name", "rule", "test") if k in row} for kind, row in measured["rows"].items() if "test" in row}
 
 
 def _fold_entry(run: RunFacts) -> dict[str, Any]:
