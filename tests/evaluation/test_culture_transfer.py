@@ -126,3 +126,19 @@ def test_fine_tuned_rows_decide_at_the_threshold_their_selection_split_chose():
 def test_nothing_to_compare_gives_no_table():
     assert fold_transfer({}) is None
     assert fold_transfer({"x": {0: {"oof_predictions": {"id": [], "head": [], "probability": [], "label": []}}}}) is None
+
+
+def test_table_11_carries_each_cultures_linear_baselines_by_hand():
+    """Each culture column's TF-IDF row is the mean ± std over folds of the baseline its own runs fitted on that
+    culture (fold results' `baselines`), judged by its labels; a culture whose runs measured none shows —."""
+    us = {0: _fold_result("US", {"a": 0.9, "b": 0.2}, LABELS[0]), 1: _fold_result("US", {"c": 0.6, "d": 0.7}, LABELS[1])}
+    de = {0: _fold_result("DE", {"a": 0.1, "b": 0.3}, LABELS[0]), 1: _fold_result("DE", {"c": 0.8, "d": 0.9}, LABELS[1])}
+    for fold, (auroc, acc) in {0: (0.6, 0.5), 1: (0.8, 1.0)}.items():
+        us[fold]["baselines"] = {"tfidf": {"name": "t", "rule": "r", "test": {"US": {"auroc": auroc, "acc": acc}}}}
+    transfer = fold_transfer({"x-FT-DE": de, "x-FT-US": us})
+    cell = transfer["baselines"]["tfidf"]["US"]
+    assert cell["auroc_mean"] == pytest.approx(0.7) and cell["auroc_std"] == pytest.approx(math.sqrt(0.02))
+    assert "DE" not in transfer["baselines"]["tfidf"]
+    text = transfer_document(transfer)
+    assert "| *TF-IDF+LR on the column's culture* | 0.700 ± 0.141 | — |" in text
+    assert "| *TF-IDF+LR on the column's culture* | 75.0 ± 35.4 | — |" in text

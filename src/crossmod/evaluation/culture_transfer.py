@@ -17,6 +17,7 @@ import numpy as np
 from sklearn.metrics import accuracy_score, f1_score
 
 from crossmod.evaluation.alignment import BEST
+from crossmod.evaluation.baselines import LABELS
 from crossmod.evaluation.metrics import culture_auroc
 from crossmod.evaluation.predictions import binary_scores
 from crossmod.evaluation.summary import mean_std
@@ -218,10 +219,43 @@ def fold_transfer(
     return {
         "table": transfer_table(predictors, labels),
         "majority": majority_rates(labels),
+        "baselines": baseline_rows(usable, cultures, folds),
         "diagonal": diagonal,
         "folds": folds,
         "problems": problems,
     }
+
+
+def baseline_rows(experiments: FoldResults, cultures: list[str], folds: list[int]) -> dict[str, dict[str, dict[str, float]]]:
+    """The linear baselines each culture's runs measured on the same held-out folds (fold results' `baselines`): per kind
+    and culture column, mean ± sample std over folds of the baseline fitted on that culture's labels and judged by them.
+    A culture no experiment measured on every fold is left out of the row (—)."""
+    rows: dict[str, dict[str, dict[str, float]]] = {}
+    for kind in ("tfidf", "probe"):
+        for culture in cultures:
+            for runs in experiments.values():
+                cells = [((runs[k].get("baselines") or {}).get(kind) or {}).get("test", {}).get(culture) for k in folds]
+                if all(cells):
+                    row = rows.setdefault(kind, {})
+                    for metric in ("acc", "auroc"):
+                        stats = mean_std(math.nan if c.get(metric) is None else c[metric] for c in cells)
+                        row.setdefault(culture, {})[f"{metric}_mean"], row[culture][f"{metric}_std"] = stats["mean"], stats["std"]
+                    break
+    return rows
+
+
+def _baseline_lines(transfer: dict[str, Any], metric: str) -> str:
+    """The baselines' rows under a table (never marked best): each culture column's own linear baseline."""
+    rows, columns = transfer.get("baselines") or {}, list(next(iter(transfer["table"].values())))
+    scale, digits = (100.0, 1) if metric == "acc" else (1.0, 3)
+    lines = []
+    for kind, cells in rows.items():
+        text = [
+            f"{cells[c][f'{metric}_mean'] * scale:.{digits}f} ± {cells[c][f'{metric}_std'] * scale:.{digits}f}" if c in cells else "—"
+            for c in columns
+        ]
+        lines.append(f"| *{LABELS[kind]} on the column's culture* | " + " | ".join(text) + " |")
+    return "\n".join(lines)
 
 
 def transfer_document(transfer: dict[str, Any], threshold: float = THRESHOLD) -> str:
@@ -236,7 +270,7 @@ def transfer_document(transfer: dict[str, Any], threshold: float = THRESHOLD) ->
         "",
         "## Accuracy (%)",
         "",
-        transfer_markdown(table, "acc", diagonal, transfer.get("majority")),
+        "\n".join(filter(None, [transfer_markdown(table, "acc", diagonal, transfer.get("majority")), _baseline_lines(transfer, "acc")])),
         "",
         "*majority class*: the accuracy of always answering the fold's most frequent label of that culture; an accuracy "
         "no higher carries no information.",
@@ -251,8 +285,12 @@ def transfer_document(transfer: dict[str, Any], threshold: float = THRESHOLD) ->
         "",
         "## AUROC",
         "",
-        transfer_markdown(table, "auroc", diagonal),
+        "\n".join(filter(None, [transfer_markdown(table, "auroc", diagonal), _baseline_lines(transfer, "auroc")])),
         "",
+        "*TF-IDF+LR* and *probe* rows: the baselines fitted on the column's culture (its training memes, C chosen on the "
+        "selection split) and judged by its labels on the same held-out folds (crossmod.evaluation.baselines)."
+        if transfer.get("baselines")
+        else "",
         *[f"- **problem**: {p}" for p in transfer["problems"]],
         "![culture transfer](culture_transfer.png)",
         "",
