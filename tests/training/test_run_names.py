@@ -94,3 +94,15 @@ def test_a_run_and_a_multirun_are_named_after_their_data_and_model(train_run):
     jobs = {json.loads(p.read_text())["experiment"] for p in sweep.glob("*/metrics.json")}
     assert jobs == {"synthetic_text", "synthetic_image"}
     assert not (train_run.log_dir / "synthetic_image").exists()
+
+
+def test_cross_validation_finds_its_folds_by_their_label_not_their_name():
+    """An experiment whose label adds to its name (encoder and recipe: mhc_text-minilm-lpft) is reported under the label
+    its fold results carry, one model or one per culture."""
+    cfg = composed("experiment=mhc_text", "data.raw_dir=/mhc")
+    assert [label for label, _, _ in models(cfg, Path("/cv"))] == ["mhc_text-minilm-lpft"] == [cfg.callbacks.fold_results.experiment]
+    cfg = composed("experiment=multi3hate_text", "data.raw_dir=/m3h", "cv.per_culture=true")
+    labels = [label for label, _, _ in models(cfg, Path("/cv"))]
+    assert labels == [f"multi3hate_text-FT-{c}-minilm-lpft" for c in ("US", "DE", "MX", "IN", "CN")]
+    fold = composed("experiment=multi3hate_text", "data.raw_dir=/m3h", "name=multi3hate_text-FT-US", *(f"~data.heads.{c}" for c in ("DE", "MX", "IN", "CN")))
+    assert fold.label == labels[0]

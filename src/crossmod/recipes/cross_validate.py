@@ -62,18 +62,23 @@ def fold_command(overrides: list[str], fold: int, num_folds: int, run_dir: Path)
 
 
 def models(cfg: DictConfig, run_dir: Path) -> list[tuple[str, list[str], Path]]:
-    """(experiment name, extra overrides, runs dir) of each model cross-validated: the configured one, or one per culture."""
+    """(the fold runs' label, extra overrides, runs dir) of each model cross-validated: the configured one, or one per
+    culture. The label is what their fold results and the report name them by (`label`: the name and its variants)."""
     if not cfg.cv.per_culture:
-        return [(cfg.name, [], run_dir)]
+        return [(cfg.label, [], run_dir)]
     binary = [h for h, spec in cfg.data.heads.items() if spec.kind == "binary"]
     if len(binary) < 2:
         raise ValueError(f"cv.per_culture=true needs several binary heads (cultures); data.heads has {binary}")
     planned = [
-        (f"{cfg.name}-FT-{c}", [f"~data.heads.{o}" for o in cfg.data.heads if o != c] + [f"name={cfg.name}-FT-{c}"], run_dir / f"FT-{c}")
+        (
+            cfg.label.replace(cfg.name, f"{cfg.name}-FT-{c}", 1),
+            [f"~data.heads.{o}" for o in cfg.data.heads if o != c] + [f"name={cfg.name}-FT-{c}"],
+            run_dir / f"FT-{c}",
+        )
         for c in binary
     ]
     if cfg.cv.get("multi_head"):  # the one model with every culture's head, on the same folds: Table 11's multi-head row
-        planned.append((cfg.name, [], run_dir / "multi-head"))
+        planned.append((cfg.label, [], run_dir / "multi-head"))
     return planned
 
 
