@@ -104,5 +104,10 @@ def test_cross_validation_finds_its_folds_by_their_label_not_their_name():
     cfg = composed("experiment=multi3hate_text", "data.raw_dir=/m3h", "cv.per_culture=true")
     labels = [label for label, _, _ in models(cfg, Path("/cv"))]
     assert labels == [f"multi3hate_text-FT-{c}-minilm-lpft" for c in ("US", "DE", "MX", "IN", "CN")]
-    fold = composed("experiment=multi3hate_text", "data.raw_dir=/m3h", "name=multi3hate_text-FT-US", *(f"~data.heads.{c}" for c in ("DE", "MX", "IN", "CN")))
+    fold = composed(
+        "experiment=multi3hate_text",
+        "data.raw_dir=/m3h",
+        "name=multi3hate_text-FT-US",
+        *(f"~data.heads.{c}" for c in ("DE", "MX", "IN", "CN")),
+    )
     assert fold.label == labels[0]
