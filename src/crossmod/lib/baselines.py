@@ -24,6 +24,7 @@ from crossmod.data.heads import Head
 from crossmod.evaluation.baselines import Stage, head_weights, logistic_row, majority_row, standardized, tfidf_features
 from crossmod.evaluation.summary import json_safe
 from crossmod.lib.resolvers import random_start
+from crossmod.lib.user_errors import UserError
 
 FILENAME = "baselines.json"
 HEAD_INITS = ("random", "probe")
@@ -175,7 +176,50 @@ def _warn_truncation(lengths: dict[str, Any] | None) -> None:
         )
 
 
+MAX_BYTES = 4 << 20  # a baselines.json is a few kB: a larger one is not crossmod's
+
+
+class BaselinesFileError(UserError, ValueError):
+    """A run folder's baselines.json that crossmod did not write: named, with what is wrong, never half-used."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem, "remove the file (the run's numbers do not depend on it) or re-run the training")
+
+
 def read(run_dir: Path) -> dict[str, Any] | None:
-    """A run's `baselines.json`, or None where it has none."""
+    """A run's `baselines.json`, checked (a run folder may come from someone else), or None where it has none. A link
+    is refused: the run's own file or nothing."""
     path = Path(run_dir) / FILENAME
-    return json.loads(path.read_text()) if path.is_file() else None
+    if path.is_symlink():
+        raise BaselinesFileError(f"{path} is a symbolic link: a run's baselines are its own file; remove the link")
+    if not path.is_file():
+        return None
+    if path.stat().st_size > MAX_BYTES:
+        raise BaselinesFileError(f"{path} holds {path.stat().st_size} bytes, more than any baselines file crossmod writes")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise BaselinesFileError(f"{path}: not JSON ({type(error).__name__})") from None
+    return checked(data, str(path))
+
+
+def _score(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0)
+
+
+def checked(data: Any, where: str) -> dict[str, Any]:
+    """The structure every reader relies on: `memes` (stage → count), `rows` (kind → name, rule, and per stage head →
+    metric → a score in [0, 1] or null)."""
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), dict) or not isinstance(data.get("memes"), dict):
+        raise BaselinesFileError(f"{where}: needs the objects `rows` and `memes`")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in data["memes"].values()):
+        raise BaselinesFileError(f"{where}: memes holds a count that is not a non-negative integer")
+    for kind, row in data["rows"].items():
+        if not isinstance(row, dict) or not isinstance(row.get("name"), str) or not isinstance(row.get("rule"), str):
+            raise BaselinesFileError(f"{where}: rows.{kind} needs a name and a rule (strings)")
+        for stage in ("val", "test"):
+            table = row.get(stage, {})
+            good = isinstance(table, dict) and all(isinstance(s, dict) and all(_score(v) for v in s.values()) for s in table.values())
+            if not good:
+                raise BaselinesFileError(f"{where}: rows.{kind}.{stage} is not head → metric → a score in [0, 1]")
+    return data
