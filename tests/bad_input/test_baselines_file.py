@@ -24,6 +24,9 @@ def _write(folder, data) -> None:
 def test_the_file_crossmod_writes_is_read(tmp_path):
     _write(tmp_path, GOOD)
     assert read(tmp_path) == GOOD
+    rounded = {**GOOD, "rows": {"tfidf": {"name": "t", "rule": "r", "test": {"US": {"auroc": 1.0000001192092896}}}}}
+    _write(tmp_path, rounded)  # float32 AUROC of a perfect ranking, as torchmetrics gives it
+    assert read(tmp_path) == rounded
     assert read(tmp_path / "elsewhere") is None  # a run without baselines has none
 
 
@@ -33,7 +36,7 @@ def test_the_file_crossmod_writes_is_read(tmp_path):
         ("not JSON", "{", "not JSON"),
         ("a list", [1, 2], "needs the objects"),
         ("a count that is text", {**GOOD, "memes": {"test": "4"}}, "non-negative integer"),
-        ("a score above 1", {**GOOD, "rows": {"tfidf": {"name": "t", "rule": "r", "test": {"US": {"auroc": 7.0}}}}}, r"in \[0, 1\]"),
+        ("a score above 1", {**GOOD, "rows": {"tfidf": {"name": "t", "rule": "r", "test": {"US": {"auroc": 1.001}}}}}, r"in \[0, 1\]"),
         ("NaN", '{"memes": {}, "rows": {"tfidf": {"name": "t", "rule": "r", "test": {"US": {"auroc": NaN}}}}}', r"in \[0, 1\]"),
         ("a row without its rule", {**GOOD, "rows": {"tfidf": {"name": "t", "test": {}}}}, "name and a rule"),
         ("a head that is a number", {**GOOD, "rows": {"tfidf": {"name": "t", "rule": "r", "test": {"US": 0.9}}}}, "head → metric"),

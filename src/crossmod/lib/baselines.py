@@ -203,8 +203,11 @@ def read(run_dir: Path) -> dict[str, Any] | None:
     return checked(data, str(path))
 
 
+SCORE_SLACK = 1e-6  # float32 metrics land a rounding step outside [0, 1] (an AUROC of 1.0000001)
+
+
 def _score(value: Any) -> bool:
-    return value is None or (isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0)
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool) and -SCORE_SLACK <= value <= 1.0 + SCORE_SLACK)
 
 
 def checked(data: Any, where: str) -> dict[str, Any]:

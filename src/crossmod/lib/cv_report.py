@@ -107,7 +107,7 @@ def _check_baselines(result: dict[str, Any], path: Path) -> None:
             if not isinstance(table, dict):
                 raise ReportInputError(f"{path}: baselines.{kind}.{stage} is not an object", FIX)
             for head, scores in table.items():
-                good = isinstance(scores, dict) and all(v is None or (_number(v) and 0.0 <= v <= 1.0) for v in scores.values())
+                good = isinstance(scores, dict) and all(v is None or (_number(v) and -1e-6 <= v <= 1.0 + 1e-6) for v in scores.values())
                 if not good:
                     raise ReportInputError(f"{path}: baselines.{kind}.{stage}.{head} is not an object of scores in [0, 1]", FIX)
 
