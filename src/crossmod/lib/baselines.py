@@ -157,7 +157,8 @@ def prepare(cfg: Any, datamodule: Any, model: Any, trainer: L.Trainer, run_dir: 
         return None
     datamodule.prepare_data()
     datamodule.setup("fit")
-    model.configure_model()
+    if probe:  # the probe embeds with the encoder as loaded; every other model is built by Lightning, inside its strategy
+        model.configure_model()
     result, fitted = compute(datamodule, model, trainer.strategy.root_device, int(cfg.seed), probe)
     if head_init == "probe" and fitted is not None:
         start_heads_from_probe(model, fitted)
