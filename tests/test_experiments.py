@@ -41,6 +41,10 @@ EXPERIMENTS = {
         + TINY_IMAGE,
     ),
     "mhc_xtc": ("mhc", TINY_TEXT + ("num_folds=2",)),
+    # the text recipes keep their real encoder (the packaged all-MiniLM-L6-v2: LP-FT needs a pretrained one to probe)
+    "mhc_text": ("mhc", ("num_folds=2", "data.source.languages=[de,nl]")),
+    # six fixture memes: too few to carve an inner split from, so no selection (and no early stopping) in the fast step
+    "multi3hate_text": ("multi3hate", ("cv.selection=last", "~callbacks.early_stopping")),
     # trained on the synthetic memes, reported on the MHC layout (train elsewhere, evaluate on MHC)
     "xtc_transfer": (None, TINY_TEXT + ("data=synthetic", *SMALL_DATA, "transfer.head=US", "eval_data.raw_dir={mhc_raw}")),
     "toxictags_text_tags": ("toxictags", TINY_TEXT),
@@ -111,9 +115,9 @@ def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tin
     )
     result = train_run(f"experiment={experiment}", "debug=fdr", *data, *overrides)
     assert "AUROC" in result.stdout and "val / test" in result.stdout  # the per-culture table
-    (run_dir,) = train_run.run_dirs(experiment)
+    (run_dir,) = [run for runs in train_run.log_dir.glob("*/runs") for run in runs.iterdir()]  # under the run's label
     config = OmegaConf.load(run_dir / "config.yaml")
-    assert config.name == experiment
+    assert config.name == experiment and run_dir.parent.parent.name == config.label
 
 
 def test_hateful_memes_recipe_protocol_is_composed(train_run, raw_dirs):

@@ -98,16 +98,20 @@ def test_a_run_and_a_multirun_are_named_after_their_data_and_model(train_run):
 
 def test_cross_validation_finds_its_folds_by_their_label_not_their_name():
     """An experiment whose label adds to its name (encoder and recipe: mhc_text-minilm-lpft) is reported under the label
-    its fold results carry, one model or one per culture."""
+    its fold results carry, one model or one per culture (whose fold runs' label adds the same variants)."""
+    from crossmod.recipes.cross_validate import found
+
     cfg = composed("experiment=mhc_text", "data.raw_dir=/mhc")
     assert [label for label, _, _ in models(cfg, Path("/cv"))] == ["mhc_text-minilm-lpft"] == [cfg.callbacks.fold_results.experiment]
     cfg = composed("experiment=multi3hate_text", "data.raw_dir=/m3h", "cv.per_culture=true")
-    labels = [label for label, _, _ in models(cfg, Path("/cv"))]
-    assert labels == [f"multi3hate_text-FT-{c}-minilm-lpft" for c in ("US", "DE", "MX", "IN", "CN")]
+    planned = [name for name, _, _ in models(cfg, Path("/cv"))]
     fold = composed(
         "experiment=multi3hate_text",
         "data.raw_dir=/m3h",
         "name=multi3hate_text-FT-US",
         *(f"~data.heads.{c}" for c in ("DE", "MX", "IN", "CN")),
     )
-    assert fold.label == labels[0]
+    assert fold.label == "multi3hate_text-FT-US-minilm-lpft"
+    results = {f"multi3hate_text-FT-{c}-minilm-lpft": {"culture": c} for c in ("US", "DE", "MX", "IN", "CN")}
+    assert [found(results, name)["culture"] for name in planned] == ["US", "DE", "MX", "IN", "CN"]
+    assert found({"synthetic_concat-FT-US": {"x": 1}}, "synthetic_concat-FT-US") == {"x": 1}

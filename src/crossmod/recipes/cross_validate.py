@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -62,24 +63,31 @@ def fold_command(overrides: list[str], fold: int, num_folds: int, run_dir: Path)
 
 
 def models(cfg: DictConfig, run_dir: Path) -> list[tuple[str, list[str], Path]]:
-    """(the fold runs' label, extra overrides, runs dir) of each model cross-validated: the configured one, or one per
-    culture. The label is what their fold results and the report name them by (`label`: the name and its variants)."""
+    """(what the report names its folds, extra overrides, runs dir) of each model cross-validated: the configured one (its
+    label: the name and its variants), or one per culture (its name; the fold runs' label may add variants, `found`)."""
     if not cfg.cv.per_culture:
         return [(cfg.label, [], run_dir)]
     binary = [h for h, spec in cfg.data.heads.items() if spec.kind == "binary"]
     if len(binary) < 2:
         raise ValueError(f"cv.per_culture=true needs several binary heads (cultures); data.heads has {binary}")
     planned = [
-        (
-            cfg.label.replace(cfg.name, f"{cfg.name}-FT-{c}", 1),
-            [f"~data.heads.{o}" for o in cfg.data.heads if o != c] + [f"name={cfg.name}-FT-{c}"],
-            run_dir / f"FT-{c}",
-        )
+        (f"{cfg.name}-FT-{c}", [f"~data.heads.{o}" for o in cfg.data.heads if o != c] + [f"name={cfg.name}-FT-{c}"], run_dir / f"FT-{c}")
         for c in binary
     ]
     if cfg.cv.get("multi_head"):  # the one model with every culture's head, on the same folds: Table 11's multi-head row
         planned.append((cfg.label, [], run_dir / "multi-head"))
     return planned
+
+
+def found(results: dict[str, Any], name: str) -> dict[str, Any]:
+    """The report of the model planned as `name`: its own entry, or the one label that is `name` plus variants (a fold
+    run's label adds what its overrides change, e.g. `-minilm-lpft`)."""
+    if name in results:
+        return results[name]
+    matches = [label for label in results if label.startswith(f"{name}-")]
+    if len(matches) != 1:
+        raise RuntimeError(f"the report holds {sorted(results)}: no single one for the planned model {name}")
+    return results[matches[0]]
 
 
 def zeroshot_command(overrides: list[str], experiment: str, run_dir: Path) -> list[str]:
@@ -111,7 +119,7 @@ def main(cfg: DictConfig) -> float:
     transfer = results.pop(TRANSFER, None)
     values = []
     for name, _, _ in planned:
-        result = results[name]
+        result = found(results, name)
         if result.get("problems"):
             raise RuntimeError(f"cross-validation of {name} in {run_dir} is incomplete: {result['problems']}")
         held_out = result["metrics"]["cv/mean/auroc_mean"]
