@@ -56,35 +56,21 @@ def probes_encoder(model: Any) -> bool:
     return fusion.endswith("fusion.TextOnly") and bool(text.get("name_or_path")) and not random_start(text["name_or_path"])
 
 
-class _Embedder(L.LightningModule):
-    """The classifier's meme features (what the head layers read) through Lightning's predict loop."""
-
-    def __init__(self, model: Any) -> None:
-        super().__init__()
-        self.model = model
-
-    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        return self.model.embed(batch).float().cpu()
-
-
 def embeddings(model: Any, records: list[dict[str, Any]], batch_size: int, device: torch.device) -> np.ndarray:
-    """Every record's features under the model's current weights, in record order (one predict loop)."""
+    """Every record's features under the model's current weights, in record order: the retrieval database's embedder
+    on Lightning's predict loop, one device."""
     from crossmod.data.batches import SamplesToBatch
-    from crossmod.lib.callbacks.progress import console_progress
+    from crossmod.lib.retrieval_db import Embedder
+    from crossmod.lib.scoring import single_device_trainer
 
     if not records:
         return np.zeros((0, model.backbone.output_dim), dtype=np.float32)
-    accelerator, devices = ("cuda", [device.index or 0]) if device.type == "cuda" else ("cpu", 1)
-    trainer = L.Trainer(
-        accelerator=accelerator, devices=devices, logger=False, callbacks=[console_progress()], enable_checkpointing=False,
-        enable_model_summary=False, default_root_dir=None,
-    )  # fmt: skip
     loader = DataLoader(records, batch_size=batch_size, collate_fn=SamplesToBatch(model.preprocessor))
     was_training = model.training
-    outputs = trainer.predict(_Embedder(model), dataloaders=loader) or []
+    outputs = single_device_trainer("gpu" if device.type == "cuda" else "cpu").predict(Embedder(model), dataloaders=loader) or []
     model.train(was_training)
     model.cpu()
-    return torch.cat(outputs).numpy()
+    return torch.cat([output["embedding"] for output in outputs]).numpy()
 
 
 def compute(datamodule: Any, model: Any, device: torch.device, seed: int, probe: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
