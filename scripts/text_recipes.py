@@ -75,7 +75,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def _line(study: str, seed: str, values: dict[str, float | None]) -> str:
-    others = [values[b] for b in ("tfidf", "probe") if values.get(b) is not None]
+    others = [values[b] for b in BASELINES if values.get(b) is not None]  # the majority row too: AUROC 0.5 is chance
     delta = "—" if values["model"] is None or not others else f"{values['model'] - max(others):+.3f}"
     return f"| {study} | {seed} | " + " | ".join(_cell(values[c]) for c in ["model", *BASELINES]) + f" | {delta} |"
 

@@ -31,6 +31,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,9 @@ class Target:
         }
 
 
+PACKAGE_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)  # PEP 508's name, as packaging reads it
+
+
 def read_base(path: Path) -> dict[str, str | None]:
     """The base image's packages, canonical name → version (None: listed without one), from `pip list --format=freeze`."""
     base: dict[str, str | None] = {}
@@ -101,6 +105,8 @@ def read_base(path: Path) -> dict[str, str | None]:
         name, sep, version = line.partition("==")
         if not sep and any(mark in line for mark in "@=<>~! "):
             raise WheelhouseError(f"{path}:{number}: {raw.strip()!r} is not `name==version` or `name` (use `pip list --format=freeze`)")
+        if not PACKAGE_NAME.match(name.strip()):  # a name becomes a file name of the wheelhouse: no path, URL or `..`
+            raise WheelhouseError(f"{path}:{number}: {name.strip()!r}"[:200] + " is not a package name (use `pip list --format=freeze`)")
         try:
             base[canonicalize_name(name.strip())] = str(Version(version.strip())) if sep else None
         except InvalidVersion:

@@ -70,10 +70,26 @@ def test_ls_lists_every_shipped_experiment():
     assert listed == sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
 
 
+def test_cp_puts_a_copy_where_config_dir_finds_it_named_after_its_file(tmp_path):
+    """`crossmod cp experiment/synthetic_concat mine.yaml` lands in experiment/mine.yaml (where `--config-dir` reads an
+    experiment), says the command that uses it, and the copy's name is `mine`; the command composes as said."""
+    said = subprocess.run(
+        [*CROSSMOD, "cp", "experiment/synthetic_concat", "mine.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60)
+    )
+    assert said.returncode == 0, said.stderr
+    copy = tmp_path / "experiment" / "mine.yaml"
+    assert copy.is_file() and not (tmp_path / "mine.yaml").exists() and "name: mine" in copy.read_text()
+    use = f"crossmod train --config-dir {tmp_path} experiment=mine"
+    assert said.stdout.splitlines() == [str(Path("experiment") / "mine.yaml"), f"use it with: {use}"]
+    composed = _crossmod(*use.split()[1:], "--cfg", "job")
+    assert "name: mine" in composed
+
+
 def test_cp_starts_an_experiment_of_ones_own_that_the_jobs_compose(tmp_path):
     mine = tmp_path / "configs" / "experiment" / "mine.yaml"
     _crossmod("cp", "experiment/synthetic_concat", str(mine))
-    mine.write_text(mine.read_text().replace("name: synthetic_concat", "name: mine") + "\nseed: 77\n")
+    assert "name: mine" in mine.read_text()  # the run's name follows the file's
+    mine.write_text(mine.read_text() + "\nseed: 77\n")
     composed = _crossmod("train", "--config-dir", str(tmp_path / "configs"), "experiment=mine", "--cfg", "job")
     assert "name: mine" in composed and "seed: 77" in composed
     # never over an existing file, and only configs crossmod ships (a path out of the package is not a config)
@@ -85,7 +101,7 @@ def test_cp_starts_an_experiment_of_ones_own_that_the_jobs_compose(tmp_path):
         done = subprocess.run([*CROSSMOD, "cp", *args], capture_output=True, text=True, timeout=scaled(60))
         assert done.returncode != 0 and "crossmod cp:" in done.stderr, args
     assert "seed: 77" in mine.read_text() and not (tmp_path / "x.yaml").exists() and not (tmp_path / "y.yaml").exists()
-    planted = tmp_path / "link.yaml"
+    planted = tmp_path / "configs" / "experiment" / "link.yaml"
     planted.symlink_to(tmp_path / "elsewhere.yaml")  # dangling: exists() is False, yet a copy would follow it
     done = subprocess.run(
         [*CROSSMOD, "cp", "experiment/synthetic_concat", str(planted)], capture_output=True, text=True, timeout=scaled(60)

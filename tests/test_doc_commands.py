@@ -214,3 +214,28 @@ def test_the_local_cluster_script_has_the_documented_subcommands():
     script = (ROOT / "slurm" / "local_cluster.sh").read_text()
     for command in [c for c in COMMANDS if c.argv[:2] == ["sudo", "slurm/local_cluster.sh"]]:
         assert re.search(rf"^\s*{command.argv[2]}\)", script, re.M), f"{command}: local_cluster.sh has no {command.argv[2]}"
+
+
+def test_the_docs_never_spell_a_jobs_key_as_a_flag():
+    """crossmod's jobs take Hydra overrides (`skip_existing=true`): a doc that writes one as an argparse flag
+    (`--skip-existing`) shows a command that exits 2."""
+    keys = set()
+    for config in (ROOT / "src" / "crossmod" / "configs").rglob("*.yaml"):
+        keys |= set(re.findall(r"^([a-z][a-z0-9_]*):", config.read_text(), re.M))
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    wrong = [
+        f"{page.relative_to(ROOT)}: `{flag}` (the key is {flag[2:].replace('-', '_')}=…)"
+        for page in pages
+        for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", page.read_text())
+        if "-" in flag[2:] and flag[2:].replace("-", "_") in keys
+    ]
+    assert wrong == []
+
+
+def test_the_readme_extras_table_lists_every_extra():
+    """Every extra setup.cfg declares is in the README's table (an install that lacks one is named by it), and none
+    the table lists is missing from setup.cfg."""
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    listed = re.findall(r"^\| `\[([a-z]+)\]` \|", (ROOT / "README.md").read_text(), re.M)
+    assert sorted(listed) == sorted(setup["options.extras_require"]) and len(listed) == len(set(listed))

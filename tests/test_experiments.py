@@ -48,6 +48,11 @@ EXPERIMENTS = {
     # trained on the synthetic memes, reported on the MHC layout (train elsewhere, evaluate on MHC)
     "xtc_transfer": (None, TINY_TEXT + ("data=synthetic", *SMALL_DATA, "transfer.head=US", "eval_data.raw_dir={mhc_raw}")),
     "toxictags_text_tags": ("toxictags", TINY_TEXT),
+    # the other text recipes: composed and stepped on the tiny encoder (LP-FT needs a pretrained one: test_lpft.py);
+    # MemeBridge's keeps the real MiniLM, so LP-FT starts a multiclass and a multi-label head from the probe
+    "hm_text": ("hateful_memes", TINY_TEXT + ("model.head_init=random",)),
+    "toxictags_text": ("toxictags", TINY_TEXT + ("model.head_init=random",)),
+    "memebridge_text": ("memebridge", ()),
     "memebridge_multitask": ("memebridge", TINY_TEXT + TINY_IMAGE),
     "toxictags_tag_generator": (
         "toxictags",
@@ -118,6 +123,12 @@ def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tin
     (run_dir,) = [run for runs in train_run.log_dir.glob("*/runs") for run in runs.iterdir()]  # under the run's label
     config = OmegaConf.load(run_dir / "config.yaml")
     assert config.name == experiment and run_dir.parent.parent.name == config.label
+    # the table's title names the fold of a fold run, and no fold otherwise (never "fold None")
+    fold = f"{config.label} (fold {config.fold} of {config.num_folds})" if config.fold is not None else f"{config.label}"
+    assert fold in result.stdout and "fold None" not in result.stdout
+    logged = (run_dir / "train.log").read_text()  # the run folder keeps the table a person looks for, once
+    assert logged.count("val / test") == result.stdout.count("val / test") >= 1 and fold in logged
+    assert ("Baselines on the same test memes" in logged) == ("Baselines on the same test memes" in result.stdout)
 
 
 def test_hateful_memes_recipe_protocol_is_composed(train_run, raw_dirs):

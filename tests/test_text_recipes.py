@@ -34,3 +34,19 @@ def test_the_recipe_is_at_or_above_its_baselines_on_the_mean_over_seeds():
     for study, rows in by_study.items():
         mean = {kind: sum(r[kind]["mean"] for r in rows) / len(rows) for kind in ("model", "tfidf", "probe", "majority")}
         assert mean["model"] >= mean["tfidf"] and mean["model"] >= mean["probe"] and mean["model"] > mean["majority"], (study, mean)
+
+
+def test_the_fixture_table_is_rendered_from_its_runs_and_covers_every_text_recipe():
+    from scripts.text_recipe_fixtures import END as FIXTURE_END
+    from scripts.text_recipe_fixtures import FIXTURES
+    from scripts.text_recipe_fixtures import RESULTS as FIXTURE_RESULTS
+    from scripts.text_recipe_fixtures import START as FIXTURE_START
+
+    results = json.loads(FIXTURE_RESULTS.read_text())
+    block = PAGE.read_text().split(FIXTURE_START, 1)[1].split(FIXTURE_END, 1)[0].strip()
+    assert block == render(results).strip()
+    assert [row["experiment"] for row in results["rows"]] == list(FIXTURES)  # every dataset's recipe, none typed in
+    for row in results["rows"]:
+        argv = shlex.split(row["command"])
+        assert argv[:3] == ["crossmod", "cv", f"experiment={row['experiment']}"] and "data.raw_dir=<fixture>" in argv
+        assert {"tfidf", "majority", "probe"} <= set(row) and row["rule"] in ("inner", "val_split") and row["folds"] == 3

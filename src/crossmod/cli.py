@@ -8,7 +8,7 @@ is `python train.py experiment=… fold=0` in a checkout), with `crossmod <job>`
 from __future__ import annotations
 
 import importlib
-import shutil
+import re
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -87,20 +87,32 @@ def list_configs(groups: list[str]) -> str:
     return "\n".join(f"{group}: {' '.join(options(group))}" for group in (groups or GROUPS))
 
 
-def copy_config(name: str, destination: str) -> Path:
-    """Copy a shipped config (`experiment/qwen_lora_cv`) to a file of one's own; never overwrites."""
+def copy_config(name: str, destination: str) -> tuple[Path, str]:
+    """Copy a shipped config (`experiment/qwen_lora_cv`) to a file of one's own, never over one; returns where it went
+    and the command that uses it. A group's config lands in a folder named after the group (`mine.yaml` →
+    `experiment/mine.yaml`), where Hydra's `--config-dir` finds it, and its `name:` follows its file."""
     group, _, option = name.removesuffix(".yaml").rpartition("/")
-    source = (configs_dir() / GROUPS.get(group, group) / f"{option}.yaml") if group else configs_dir() / f"{option}.yaml"
+    folder = GROUPS.get(group, group)
+    source = (configs_dir() / folder / f"{option}.yaml") if group else configs_dir() / f"{option}.yaml"
     if not source.resolve().is_relative_to(configs_dir()) or not source.is_file():
         raise SystemExit(f"crossmod cp: no config {name!r} (crossmod ls lists them, e.g. experiment/qwen_lora_cv)")
     target = Path(destination)
     if target.is_dir():
         target = target / source.name
+    if group and target.parent.name != folder:  # --config-dir <dir> reads <dir>/<group>/<name>.yaml
+        target = target.parent / folder / target.name
+    if target.suffix != ".yaml":
+        target = target.with_name(target.name + ".yaml")
     if target.exists() or target.is_symlink():  # a dangling link would send the copy wherever it points
         raise SystemExit(f"crossmod cp: {target} exists; choose another name or remove it first")
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-    return target
+    text = source.read_text(encoding="utf-8")
+    if group == "experiment" or folder == "experiment":  # the run's name (run folder, W&B group, report rows) is the file's
+        text = re.sub(rf"^name: {re.escape(option)}\b", f"name: {target.stem}", text, count=1, flags=re.M)
+    with open(target, "x", encoding="utf-8") as handle:  # exclusive: never over a file (or link) made meanwhile
+        handle.write(text)
+    use = f"crossmod train --config-dir {target.parent.parent.absolute()} {folder}={target.stem}" if group else ""
+    return target, use
 
 
 def run_job(name: str, args: list[str]) -> object:
@@ -127,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     if command == "cp":
         if len(rest) != 2:
             raise SystemExit("usage: crossmod cp <group>/<name> <file or folder>")
-        print(copy_config(*rest))
+        target, use = copy_config(*rest)
+        print(target)
+        if use:
+            print(f"use it with: {use}")
         return 0
     if command == "report":
         if not rest or rest[0] not in REPORTS:

@@ -42,6 +42,16 @@ def exported_culture(leaky_run: Path, tmp_path_factory: pytest.TempPathFactory) 
     return export_culture(model, info, leaky_run, "US", tmp_path_factory.mktemp("export") / "US")
 
 
+@pytest.fixture(scope="session")
+def retrieval_culture(leaky_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's US culture as `export.py kind=retrieval` writes it: its training memes as the database."""
+    from crossmod.lib.artifacts import export_culture
+    from crossmod.lib.loading import load
+
+    model, info = load(leaky_run)
+    return export_culture(model, info, leaky_run, "US", tmp_path_factory.mktemp("retrieval") / "US", kind="retrieval")
+
+
 @pytest.fixture
 def culture_copy(exported_culture: Path, tmp_path: Path) -> Path:
     """A copy of the exported folder for one test to tamper with."""

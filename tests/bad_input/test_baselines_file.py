@@ -40,6 +40,8 @@ def test_the_file_crossmod_writes_is_read(tmp_path):
         ("NaN", '{"memes": {}, "rows": {"tfidf": {"name": "t", "rule": "r", "test": {"US": {"auroc": NaN}}}}}', r"in \[0, 1\]"),
         ("a row without its rule", {**GOOD, "rows": {"tfidf": {"name": "t", "test": {}}}}, "name and a rule"),
         ("a head that is a number", {**GOOD, "rows": {"tfidf": {"name": "t", "rule": "r", "test": {"US": 0.9}}}}, "head → metric"),
+        ("a languages note that is not words", {**GOOD, "languages": {"note": ["x"]}}, "languages must be an object"),
+        ("an endless languages note", {**GOOD, "languages": {"note": "x" * 5000}}, "at most 1000 characters"),
     ],
 )
 def test_a_malformed_file_is_refused_by_name(tmp_path, case, data, named):

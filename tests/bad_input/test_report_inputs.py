@@ -148,12 +148,37 @@ def _broken(case: str) -> tuple[str, str]:
     if case == "threshold_scores_not_numbers":
         result["selection_threshold"] = {"heads": {"US": {"macro_f1_at_val_threshold": "0.9"}}, "mean": {}}
         return json.dumps(result), "selection_threshold.heads.US"
+    # impossible numbers: Python's json reads NaN and Infinity, so they must be refused by value
+    if case == "held_out_nan":
+        return json.dumps(result).replace('"auroc": 0.75', '"auroc": NaN', 1), "held_out.US.auroc"
+    if case == "auroc_above_one":
+        result["held_out"]["DE"] = {"auroc": 1.5, "acc": 0.7, "f1": 0.6}
+        return json.dumps(result), "held_out.DE.auroc"
+    if case == "negative_loss":
+        result["selection_scores"]["all"] = {"loss": -0.1}
+        return json.dumps(result), "selection_scores.all.loss"
+    if case == "probability_infinite":
+        result["oof_predictions"]["probability"][3] = float("inf")
+        return json.dumps(result), "oof_predictions.probability[3]"
+    if case == "probability_above_one":
+        result["oof_predictions"]["probability"][0] = 7.0
+        return json.dumps(result), "oof_predictions.probability[0]"
+    if case == "a_meme_scored_twice":
+        columns = result["oof_predictions"]
+        for column in columns.values():
+            column.append(column[0])
+        return json.dumps(result), "more than once"
+    if case == "threshold_nan":
+        result["selection_threshold"] = {"heads": {"US": {"val_threshold": float("nan")}}, "mean": {}}
+        return json.dumps(result), "selection_threshold.heads.US"
     raise AssertionError(case)
 
 
 CASES = [
     *("not_json", "a_list", "no_fold", "fold_a_string", "no_oof", "columns_of_other_lengths", "held_out_a_list", "labels_a_list"),
     "threshold_scores_not_numbers",
+    *("held_out_nan", "auroc_above_one", "negative_loss", "probability_infinite", "probability_above_one", "a_meme_scored_twice"),
+    "threshold_nan",
 ]
 
 

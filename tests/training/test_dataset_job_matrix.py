@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.data.sources import layouts
@@ -214,3 +215,33 @@ def test_evaluate_puts_the_runs_baselines_beside_its_held_out_numbers(matrix, na
     entry = {"split": scored.describe(), "selection": scored.selection, "metrics": scores, "baselines": scored.baselines}
     text = summary_markdown({"dataset": name, "items": len(scored.records), "runs": {"run": entry}}, [])
     assert "| head | AUROC | acc | F1 | majority AUROC | TF-IDF+LR AUROC |" in text
+
+
+@pytest.mark.parametrize("name", [n for n in FIXTURES if EXPECTED[n]["export retrieval"] == "works"])
+def test_a_retrieval_exports_card_reports_its_own_vote_not_the_runs_head(matrix, name):
+    """A retrieval export scores by its database's vote, so its card and README report what that vote scores on the
+    run's held-out memes (what the loaded folder scores there, as evaluate.py split=auto scores it); the run's head
+    numbers stay beside them, named."""
+    from crossmod.evaluation.metrics import head_scores
+    from crossmod.lib.loading import load
+    from crossmod.lib.scored_splits import run_facts, scored_splits
+    from crossmod.lib.scoring import probabilities, single_device_trainer
+
+    _, facts = matrix[name]
+    run, culture = facts["run"], facts["culture"]
+    folder = facts["export"].parents[1] / "retrieval" / culture
+    card = json.loads((folder / "culture_card.json").read_text())
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert card["run_metrics"]["scored_by"] == "head" and card["run_metrics"]["test"] == metrics["best"]["test"][culture]
+    assert card["scored_by"].startswith("this folder's retrieval vote (k=20, rank weighting)")
+    model, _ = load(folder)
+    (scored,) = scored_splits(run_facts(folder), "auto", facts["shards"], ["test"]).values()
+    probs = probabilities(single_device_trainer(), model, scored.records, 8)
+    head = model.heads[culture]
+    target = head.labels([r["labels"].get(culture) for r in scored.records])
+    voted = head_scores(torch.tensor([p[culture][0] for p in probs]), target, head)
+    for metric in ("auroc", "acc"):
+        if voted[metric] == voted[metric]:
+            assert card["metrics"]["test"][metric] == pytest.approx(voted[metric], abs=1e-6), metric
+    readme = (folder / "README.md").read_text()
+    assert "Scored by this folder's retrieval vote" in readme and "The run's own scores (head rule" in readme

@@ -86,7 +86,9 @@ def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_
     model, info = load(run)
     named = export_culture(model, info, run, "DE", tmp_path / "named" / "DE", ship_base_mb=0)
     assert json.loads((named / "model_config.json").read_text())["local_bases"] and not (named / "base").exists()
-    with pytest.raises(BaseModelError, match=r"name_or_path names 'tiny-qwen2-vl-synthetic'.* model.name_or_path=<local copy>"):
+    with pytest.raises(
+        BaseModelError, match=r"name_or_path names 'tiny-qwen2-vl-synthetic@sha256:[0-9a-f]{12}'.* model.name_or_path=<local copy>"
+    ):
         load(named)
     given, _ = load(named, bases={"name_or_path": tiny})
     shipped, _ = load(folder)

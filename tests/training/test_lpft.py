@@ -19,7 +19,7 @@ RUN = ("experiment=mhc_text", "data.source.languages=[de,nl]", "fold=0", "num_fo
 def test_the_heads_start_as_the_probe(data_dir, tmp_path):
     raw = layouts.mhc(tmp_path / "mhc", cases=60)
     runner = TrainRun(data_dir, tmp_path / "runs")
-    runner(*RUN, f"data.raw_dir={raw}", "trainer.max_epochs=0")  # no step: the weights scored are the starting ones
+    done = runner(*RUN, f"data.raw_dir={raw}", "trainer.max_epochs=0")  # no step: the weights scored are the starting ones
     (run,) = runner.log_dir.glob("*/runs/*")
     assert run.parent.parent.name == "mhc_text-minilm-lpft"  # the label names the encoder and the recipe
     metrics = runner.metrics(run)
@@ -29,6 +29,10 @@ def test_the_heads_start_as_the_probe(data_dir, tmp_path):
         for metric in ("auroc", "acc", "f1"):
             assert metrics["best"][stage]["hateful"][metric] == pytest.approx(probe[stage]["hateful"][metric], abs=2e-3), (stage, metric)
     assert json.loads((run / "fold_result.json").read_text())["baselines"]["probe"]["test"] == probe["test"]
+    # German and Dutch captions through an encoder whose card declares English only: the run says so
+    languages = metrics["baselines"]["languages"]
+    assert languages["encoder"] == ["en"] and set(languages["outside"]) == {"de", "nl"} == set(languages["captions"])
+    assert "declares ['en'] only" in languages["note"] and "Languages: the text encoder's card" in done.stdout + done.stderr
 
 
 def test_a_probe_start_needs_a_pretrained_text_encoder(data_dir, tmp_path):

@@ -24,6 +24,8 @@ from tests.training.test_export_predict import _scores, _shard_dir
 from tests.zygote import run_python
 
 DECLARED = "nreimers/MiniLM-L6-H384-uncased"
+TITLE = "tiny-sentence-bert"  # what the folder's model card calls it (the packaged all-MiniLM-L6-v2's folder is `model`)
+CARD = f"---\nlicense: apache-2.0\n---\n\n```python\n# a comment, not a title\n```\n\n# {TITLE}\n\n## Usage\n"
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # nothing may come from the hub instead
 
 
@@ -41,6 +43,7 @@ def moved(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     # like the all-MiniLM-L6-v2 package folder, whose config names the model it was made from, not itself
     config = json.loads((Path(base) / "config.json").read_text())
     (Path(base) / "config.json").write_text(json.dumps({**config, "_name_or_path": DECLARED}))
+    (Path(base) / "README.md").write_text(CARD)
     sha256 = folder_sha256(Path(base))
     runner = TrainRun(data_dir, root / "runs")
     runner(*SMALL_DATA, "debug=limit", f"model.text.name_or_path={base}", env={"CROSSMOD_RUN_ID": "portable"})
@@ -86,7 +89,10 @@ def test_model_config_names_no_absolute_path(moved):
     assert (moved["shipped"] / "base" / "my-bert" / "config.json").is_file()
     assert json.loads((moved["shipped"] / "culture_card.json").read_text())["base_model"] == "./base/my-bert"
     named = json.loads((moved["named"] / "model_config.json").read_text())
-    assert named["text"]["name_or_path"] == "my-bert" and sorted(named["local_bases"]) == ["preprocessor.tokenizer", "text.name_or_path"]
+    assert named["text"]["name_or_path"] == f"{TITLE}@sha256:{moved['sha256'][:12]}" and sorted(named["local_bases"]) == [
+        "preprocessor.tokenizer",
+        "text.name_or_path",
+    ]
     assert not (moved["named"] / "base").exists()
 
 
@@ -102,7 +108,8 @@ def test_unshipped_base_names_the_key_and_the_override_gives_it(moved, tmp_path)
     args = [f"adapters={moved['named']}", f"inputs={_shard_dir(moved['run'])}", f"out={tmp_path / 'p.csv'}"]
     failed = _run("predict.py", *args)
     assert failed.returncode == 1 and not (tmp_path / "p.csv").exists()
-    assert "text.name_or_path names 'my-bert', a folder of the machine that trained this export" in failed.stderr
+    recorded = f"{TITLE}@sha256:{moved['sha256'][:12]}"
+    assert f"text.name_or_path names '{recorded}', a folder of the machine that trained this export" in failed.stderr
     assert "model.text.name_or_path=<local copy>" in failed.stderr and "Traceback" not in failed.stderr
 
     given = _run("predict.py", *args, f"model.text.name_or_path={moved['base']}")
@@ -115,11 +122,16 @@ def test_unshipped_base_names_the_key_and_the_override_gives_it(moved, tmp_path)
 
 
 def test_the_card_names_a_local_base_by_its_folder_and_content_never_by_a_guessed_hub_id(moved):
+    """Shipped, a base is its path inside the export; named only, it is what its model card calls it plus a prefix of
+    its content's SHA-256 (its config's `_name_or_path` names the model it was made from, so it is never the name)."""
+    expected = {"shipped": "./base/my-bert", "named": f"{TITLE}@sha256:{moved['sha256'][:12]}"}
     for name in ("shipped", "named"):
         card = json.loads((moved[name] / "culture_card.json").read_text())
-        assert DECLARED not in json.dumps(card["base_model"]) and card["base_model"].endswith("my-bert")
+        assert DECLARED not in json.dumps(card["base_model"]) and card["base_model"] == expected[name]
+        assert f"base model: `{expected[name]}`" in (moved[name] / "README.md").read_text()
         (provenance,) = card["base_provenance"]
         assert provenance["folder"] == "my-bert" and provenance["declares"] == DECLARED  # recorded as what it says it is
+        assert provenance["title"] == TITLE and provenance["named"] == expected[name]
         assert provenance["sha256"] == moved["sha256"] == folder_sha256(moved["base"])  # the moved copy is the same base
         assert sorted(provenance["keys"]) == ["preprocessor.tokenizer", "text.name_or_path"]
     assert folder_sha256(moved["shipped"] / "base" / "my-bert") == moved["sha256"]  # what was shipped is what trained
@@ -206,3 +218,16 @@ def test_a_hub_base_out_of_reach_names_the_override(moved, tmp_path, monkeypatch
     _tamper(folder, "name_or_path", "crossmod-tests/not-a-model")
     with pytest.raises(BaseModelError, match=r"(?s)cannot load its base model .* model.text.name_or_path=<local copy>"):
         load(folder)
+
+
+def test_a_given_copy_that_is_not_the_recorded_base_is_said_before_scoring(moved, tmp_path, caplog):
+    """The named base carries its content's hash: the same copy loads silently, an altered one (another version of the
+    model) is named with both hashes."""
+    with caplog.at_level("WARNING", logger="crossmod.lib.bases"):
+        load(moved["named"], bases={"text.name_or_path": str(moved["base"])})
+    assert "is not the base this export was trained on" not in caplog.text
+    altered = Path(shutil.copytree(moved["base"], tmp_path / "my-bert"))
+    (altered / "README.md").write_text(CARD + "another revision\n")
+    with caplog.at_level("WARNING", logger="crossmod.lib.bases"):
+        load(moved["named"], bases={"text.name_or_path": str(altered)})
+    assert "is not the base this export was trained on" in caplog.text and folder_sha256(altered)[:12] in caplog.text

@@ -88,6 +88,11 @@ def test_the_retrieval_database_of_a_fold_run_holds_its_training_memes_only(rgcl
     assert sorted(ids) == sorted(training)
     card = json.loads((adapter / "culture_card.json").read_text())
     assert card["kind"] == "retrieval" and card["retrieval"]["size"] == len(ids) and card["retrieval"]["k"] == 20
+    # the run scored by this very vote over these memes: the card's own numbers are the run's
+    assert card["run_metrics"]["scored_by"] == "retrieval"
+    for stage in ("val", "test"):
+        for metric in ("auroc", "acc"):
+            assert card["metrics"][stage][metric] == pytest.approx(card["run_metrics"][stage][metric], abs=1e-6), (stage, metric)
 
 
 def test_the_moved_retrieval_adapter_scores_as_the_run_did_and_names_its_neighbours(rgcl_run, tmp_path):

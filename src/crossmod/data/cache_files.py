@@ -118,6 +118,26 @@ def append_line(target: Path, line: str, what: str) -> None:
         os.fsync(handle.fileno())
 
 
+@contextmanager
+def exclusive(target: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on `target` (a lock file, created if missing) while the block runs: writers of one folder
+    from several processes take turns. Opened with O_NOFOLLOW and never truncated, so a link planted at its name is
+    refused and no file it points at is touched; the lock goes with the process, so a killed writer never leaves it."""
+    import fcntl
+
+    target = Path(target)
+    refuse_links(target, what)
+    try:
+        fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666 & ~_UMASK)
+    except OSError as error:  # ELOOP: a link planted after the check above
+        raise LinkedCachePath(f"{target}: the {what} cannot be opened without following a link ({error}); remove it") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def save_weights(tensors: dict, target: Path | str, metadata: dict[str, str] | None = None) -> Path:
     """`safetensors.torch.save_file`, then the permissions a plain `open` gives (the umask's): safetensors writes 0600
     whatever the umask, so a teammate could not read an export or checkpoint copied to shared storage. Every

@@ -43,6 +43,7 @@ from crossmod.data.selection_rules import NO_SELECTION, RoleFilter, StagePlan, r
 from crossmod.data.shards import (
     fingerprint,
     read_manifest,
+    read_samples,
     shard_items,
 )
 from crossmod.data.stream_position import StreamResume, training_position
@@ -240,15 +241,21 @@ class MemeDataModule(L.LightningDataModule):
         names = [s["name"] for s in self.manifest["shards"] if s["split"] in self.folds.fold_splits]
         return {r["id"]: r["labels"] for r in iter_records(self.dataset_dir, names, self.remote) if self.roles[r["group"]] == "test"}
 
-    def stage_records(self, stage: str) -> list[dict[str, Any]]:
-        """The JSON records (no image) of the memes a stage reads (`train`, `val`, `test`), in manifest order: what the
-        baselines (src/crossmod/lib/baselines.py) fit and score on, the same memes the model trains and is scored on."""
+    def stage_records(self, stage: str, images: bool = False) -> list[dict[str, Any]]:
+        """The records of the memes a stage reads (`train`, `val`, `test`), in manifest order, without their images
+        unless asked: what the baselines (src/crossmod/lib/baselines.py) fit and score on and a retrieval export's
+        vote is scored on, the same memes the model trains and is scored on."""
         if stage == "val" and self.folds.selection in NO_SELECTION:
             return []
         splits, role = self._plan().reads(stage)
         names = [s["name"] for s in self.manifest["shards"] if s["split"] in splits]
         keep = RoleFilter(self.roles, role) if role is not None else None
-        return [r for r in iter_records(self.dataset_dir, names, self.remote) if keep is None or keep(r)]
+        rows = (
+            read_samples(self.dataset_dir, sorted(set(splits)), self.remote)
+            if images
+            else iter_records(self.dataset_dir, names, self.remote)
+        )
+        return [r for r in rows if keep is None or keep(r)]
 
     # ---------------------------------------------------------------- resume state
     def state_dict(self) -> dict[str, Any]:

@@ -164,6 +164,8 @@ def split_lines(entry: dict[str, Any]) -> list[str]:
     """What a run was scored on and which rule chose its weights, as the summary states them."""
     split, selection = entry["split"], entry.get("selection")
     lines = [f"Scored on: {split['scored']} ({split['items']} memes; split={split['requested']})."]
+    if entry.get("scored_by"):
+        lines.append(f"Scores from: {entry['scored_by']}.")
     if selection:
         monitor = f", monitor {selection['monitor']}" if selection.get("monitor") else ""
         lines.append(f"Weights: rule `{selection['rule']}` — {selection['description']}{monitor}.")

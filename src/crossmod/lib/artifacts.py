@@ -324,7 +324,7 @@ def _export_database(
     model: MemeClassifier, info: dict[str, Any], run_dir: Path, culture: str, out: Path, card: dict[str, Any], kind: str
 ) -> None:
     """kind=retrieval: the run's labelled training memes under the exported weights (src/crossmod/lib/retrieval_db.py)."""
-    from crossmod.lib.retrieval_db import DB_FILE, IDS_FILE, UNSEEN_FILE, run_training_memes, unseen_content, write_database
+    from crossmod.lib.retrieval_db import DB_FILE, IDS_FILE, UNSEEN_FILE, run_training_memes, unseen_content, vote_metrics, write_database
 
     card["kind"] = kind
     if kind != "retrieval":
@@ -337,6 +337,16 @@ def _export_database(
     card["retrieval"] = {**retrieval, **write_database(out, database), "sources": [source]}
     # the run's held-out and selection memes by content, so `add` refuses them under any id
     card["retrieval"]["unseen"] = unseen_content(run_dir, info["config"], model, out, card)
+    # the folder scores by its vote, so its card reports the vote's own numbers on the run's selection and held-out
+    # memes; the run's (its scoring rule's, at its selected checkpoint) stay beside them, named
+    settings = model.retrieval_settings
+    voted = vote_metrics(run_dir, info["config"], model, culture, database, settings)
+    card["run_metrics"] = {"scored_by": model.scoring.name, **card["metrics"]}  # `head` or `retrieval`: the run's rule
+    card["metrics"] = voted
+    card["scored_by"] = (
+        f"this folder's retrieval vote (k={settings.k}, {settings.weighting} weighting) over its {len(database.ids)} "
+        "training memes, on the run's selection (val) and held-out (test) memes"
+    )
 
 
 def _portable_adapter_config(path: Path, base: str) -> None:
@@ -379,17 +389,25 @@ def _readme(card: dict[str, Any]) -> str:
         f"- labels: {card['label_map']}",
         f"- best checkpoint: `{card['checkpoint']}`",
         "",
-        "| stage | " + " | ".join(sorted(card["metrics"].get("val") or {})) + " |",
+        "| stage | " + " | ".join(_metric_names(card)) + " |",
     ]
-    metric_names = sorted(card["metrics"].get("val") or {})
+    metric_names = _metric_names(card)
     lines.append("|---|" + "---|" * len(metric_names))
     for stage, values in card["metrics"].items():
         if isinstance(values, dict) and values:
             lines.append(f"| {stage} | " + " | ".join(_shown(values.get(m)) for m in metric_names) + " |")
+    if card.get("scored_by"):
+        lines += ["", f"Scored by {card['scored_by']}."]
+    run = card.get("run_metrics")
+    if run:
+        lines += [
+            f"The run's own scores ({run['scored_by']} rule, selected checkpoint): "
+            + ", ".join(f"{stage} AUROC {_shown((run.get(stage) or {}).get('auroc'))}" for stage in ("val", "test")),
+        ]
     if card["metrics_per_fold"]:
         lines += [
             "",
-            "Per fold (held-out fold, test): "
+            "Per fold (held-out fold, test, each fold run's own scoring rule): "
             + ", ".join(f"fold {k}: AUROC {_shown((v or {}).get('auroc'))}" for k, v in card["metrics_per_fold"].items()),
         ]
     if card["format"] == "peft-lora":
@@ -404,6 +422,11 @@ def _readme(card: dict[str, Any]) -> str:
             "or with crossmod: `python predict.py adapters=<this folder> inputs=<memes>`",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _metric_names(card: dict[str, Any]) -> list[str]:
+    """The README table's columns: the metrics of the first stage that has any (a run without selection memes has no val)."""
+    return sorted(next((v for v in card["metrics"].values() if isinstance(v, dict) and v), {}))
 
 
 def _shown(value: Any) -> str:

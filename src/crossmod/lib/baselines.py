@@ -10,6 +10,7 @@ fold result and `crossmod report cv`).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,13 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader
 
 from crossmod.data.cache_files import write_file
 from crossmod.data.heads import Head
 from crossmod.evaluation.baselines import Stage, head_weights, logistic_row, majority_row, standardized, tfidf_features
 from crossmod.evaluation.summary import json_safe
 from crossmod.lib.resolvers import random_start
+from crossmod.lib.retrieval_db import embed_records
 from crossmod.lib.user_errors import UserError
 
 FILENAME = "baselines.json"
@@ -48,29 +49,34 @@ def caption_lengths(tokenizer: Any, texts: list[str], max_length: int) -> dict[s
     }
 
 
+def languages(model: Any, langs: list[str | None]) -> dict[str, Any]:
+    """The captions' languages against those the text encoder's model card declares (`language:`): an encoder trained
+    on English only, fine-tuned on German captions, is said so, and the TF-IDF row beside it shows what the words
+    alone give. `encoder` is None where the encoder's folder declares none (or it is a hub id: nothing is fetched)."""
+    from crossmod.lib.model_cards import card_languages
+
+    counts = dict(Counter(lang or "unknown" for lang in langs))
+    source = (model.hparams.get("text") or {}).get("name_or_path")
+    declared = card_languages(Path(source)) if isinstance(source, str) and Path(source).is_dir() else None
+    result: dict[str, Any] = {"captions": counts, "encoder": declared}
+    if declared:
+        outside = {lang: n for lang, n in sorted(counts.items()) if lang not in declared}
+        result["outside"] = outside
+        if outside:
+            shown = ", ".join(f"{lang} {n}" for lang, n in outside.items())
+            result["note"] = (
+                f"the text encoder's card declares {declared} only; {sum(outside.values())} of {len(langs)} captions are in "
+                f"other languages ({shown}): compare its rows with TF-IDF+LR, which reads the words of any language"
+            )
+    return result
+
+
 def probes_encoder(model: Any) -> bool:
     """A text-only model whose encoder starts pretrained: the runs that get a frozen-encoder probe row (and may start
     their heads from it)."""
     text = model.hparams.get("text") or {}
     fusion = (model.hparams.get("fusion") or {}).get("_target_", "")
     return fusion.endswith("fusion.TextOnly") and bool(text.get("name_or_path")) and not random_start(text["name_or_path"])
-
-
-def embeddings(model: Any, records: list[dict[str, Any]], batch_size: int, device: torch.device) -> np.ndarray:
-    """Every record's features under the model's current weights, in record order: the retrieval database's embedder
-    on Lightning's predict loop, one device."""
-    from crossmod.data.batches import SamplesToBatch
-    from crossmod.lib.retrieval_db import Embedder
-    from crossmod.lib.scoring import single_device_trainer
-
-    if not records:
-        return np.zeros((0, model.backbone.output_dim), dtype=np.float32)
-    loader = DataLoader(records, batch_size=batch_size, collate_fn=SamplesToBatch(model.preprocessor))
-    was_training = model.training
-    outputs = single_device_trainer("gpu" if device.type == "cuda" else "cpu").predict(Embedder(model), dataloaders=loader) or []
-    model.train(was_training)
-    model.cpu()
-    return torch.cat([output["embedding"] for output in outputs]).numpy()
 
 
 def compute(datamodule: Any, model: Any, device: torch.device, seed: int, probe: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -88,6 +94,9 @@ def compute(datamodule: Any, model: Any, device: torch.device, seed: int, probe:
     tokenizer = getattr(model.preprocessor, "tokenizer", None)
     if tokenizer is not None:
         result["caption_tokens"] = caption_lengths(tokenizer, [t for s in stages for t in texts[s]], model.preprocessor.max_length)
+    result["languages"] = languages(model, [r.get("lang") for rows in stages.values() for r in rows])
+    if result["languages"].get("note"):
+        rank_zero_info(f"Languages: {result['languages']['note']}")
     if any(texts["train"]):
         rank_zero_info(f"Baselines: TF-IDF + logistic regression on {len(texts['train'])} training memes")
         features = dict(zip(stages, tfidf_features(texts["train"], *(texts[s] for s in stages if s != "train"))))
@@ -98,7 +107,7 @@ def compute(datamodule: Any, model: Any, device: torch.device, seed: int, probe:
         return result, None
     rank_zero_info(f"Baselines: the frozen encoder embeds {sum(len(r) for r in stages.values())} memes once (linear probe)")
     batch = datamodule.streaming.eval_batch_size or datamodule.streaming.batch_size
-    raw = {stage: embeddings(model, rows, batch, device) for stage, rows in stages.items()}
+    raw = {stage: embed_records(model, rows, batch, device).numpy() for stage, rows in stages.items()}
     scaled, mean, std = standardized(raw["train"], *(raw[s] for s in stages if s != "train"))
     features = dict(zip(stages, scaled))
     row, models = logistic_row("probe", Stage(features["train"], labels["train"]), _stage(features, labels, "val"),
@@ -212,4 +221,12 @@ def checked(data: Any, where: str) -> dict[str, Any]:
             good = isinstance(table, dict) and all(isinstance(s, dict) and all(_score(v) for v in s.values()) for s in table.values())
             if not good:
                 raise BaselinesFileError(f"{where}: rows.{kind}.{stage} is not head → metric → a score in [0, 1]")
+    found = data.get("languages")
+    if found is not None and not (
+        isinstance(found, dict) and isinstance(found.get("note", ""), str) and len(found.get("note", "")) <= MAX_NOTE
+    ):
+        raise BaselinesFileError(f"{where}: languages must be an object whose note is a string of at most {MAX_NOTE} characters")
     return data
+
+
+MAX_NOTE = 1000  # the languages note crossmod writes is one sentence

@@ -5,12 +5,13 @@ or folders of the machine that trained it. An export must load elsewhere, so its
 never holds an absolute path. A hub id stays as it is. A local folder up to `ship_mb` MiB (the tiny test
 models) is copied into the export as `base/<name>` and named `./base/<name>`, relative to the export. A
 larger one is never copied silently: a Hugging Face cache snapshot (`models--owner--name/snapshots/<revision>`) is
-named by its hub id, any other folder by its folder name, which `local_bases` lists so that loading asks for this
-machine's copy (`model.<key>=<path>`, e.g. `model.name_or_path` for a VLM, `model.text.name_or_path` for a text
+named by its hub id, any other folder by what it calls itself (its model card's title, else its folder name) and
+`@sha256:` a prefix of its content's hash (`all-MiniLM-L6-v2@sha256:…`), which `local_bases` lists so that loading asks
+for this machine's copy (`model.<key>=<path>`, e.g. `model.name_or_path` for a VLM, `model.text.name_or_path` for a text
 encoder). A folder's `config.json` `_name_or_path` is not taken for a hub id: it names the model the folder was made
 from (all-MiniLM-L6-v2 records `nreimers/MiniLM-L6-H384-uncased`), not the folder. The card's `base_provenance`
-says what each base was: hub id and revision, or for a local folder its name, what its config declares and a SHA-256
-of its files, so a copy can be checked against the one that trained the export.
+says what each base was: hub id and revision, or for a local folder its name, its card's title, what its config
+declares and a SHA-256 of its files, so a copy can be checked against the one that trained the export.
 
 On load the folder is data: a shipped base must resolve inside it (no `..`, no symlink out), and a base
 key may hold only a hub id or such a `./` path, never an absolute path. Overrides come from the user.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -27,7 +29,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from crossmod.lib.model_cards import card_title
 from crossmod.lib.user_errors import UserError
+
+log = logging.getLogger(__name__)
 
 BASE_DIR = "base"
 LOCAL_BASES = "local_bases"  # model_config.json: the keys naming a training machine's folder that was not shipped
@@ -124,22 +129,34 @@ def folder_sha256(folder: Path) -> str:
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
-def _recorded_name(source: Path) -> tuple[str, bool]:
+def _recorded_name(source: Path, provenance: Mapping[str, Any]) -> tuple[str, bool]:
     """What a local base is named by without shipping it: (its hub id, True) for a Hugging Face cache snapshot; else
-    (its folder name, False)."""
+    (what the folder calls itself, its card's title or its folder name, `@sha256:` the first 12 hex digits of its
+    content, False): a name that says which model it is and which copy."""
     cached = _cached_hub_id(source)
-    return (cached[0], True) if cached else (source.name, False)
+    if cached:
+        return cached[0], True
+    name = provenance.get("title") or source.name
+    digest = provenance.get("sha256")
+    return (f"{name}@sha256:{digest[:12]}" if digest else name), False
 
 
 def provenance(source: Path, keys: list[str], named: str) -> dict[str, Any]:
     """What the card records of one local base: the hub id and revision of a cache snapshot, else the folder's name,
-    what its config declares, and the SHA-256 of its files."""
+    its card's title, what its config declares, and the SHA-256 of its files."""
     cached = _cached_hub_id(source)
     if cached:
         return {"keys": keys, "named": named, "hub_id": cached[0], "revision": cached[1]}
     if not source.is_dir():
         return {"keys": keys, "named": named, "file": source.name}
-    return {"keys": keys, "named": named, "folder": source.name, "declares": _declared_name(source), "sha256": folder_sha256(source)}
+    return {
+        "keys": keys,
+        "named": named,
+        "folder": source.name,
+        "title": card_title(source),
+        "declares": _declared_name(source),
+        "sha256": folder_sha256(source),
+    }
 
 
 def portable_bases(model_cfg: dict[str, Any], out: Path, ship_mb: float) -> tuple[list[str], list[dict[str, Any]]]:
@@ -163,9 +180,11 @@ def portable_bases(model_cfg: dict[str, Any], out: Path, ship_mb: float) -> tupl
                 name = f"{source.name}-{count}"
             shutil.copytree(source, out / BASE_DIR / name, ignore=shutil.ignore_patterns(*NOT_SHIPPED))
             name, hub = f"./{BASE_DIR}/{name}", True
+            described = provenance(source, keys, name)
             notes.append(f"shipped the base {source} as {name} ({', '.join(keys)})")
         else:
-            name, hub = _recorded_name(source)
+            described = provenance(source, keys, "")
+            name, hub = _recorded_name(source, described)
             given = f"model.{_override_key(keys[0], recorded)}=<local copy>"
             notes.append(
                 f"not shipped: the base {source} (over ship_base_mb={ship_mb} MiB, or not a folder) at {', '.join(keys)}, recorded as "
@@ -174,7 +193,7 @@ def portable_bases(model_cfg: dict[str, Any], out: Path, ship_mb: float) -> tupl
         for key in keys:
             _set(model_cfg, key, name)
         local += [] if hub else keys
-        provenances.append(provenance(source, keys, name))
+        provenances.append({**described, "named": name})
     if local:
         model_cfg[LOCAL_BASES] = local
     return notes, provenances
@@ -250,6 +269,7 @@ def resolve_bases(
         raise BaseModelError(f"{source}: {LOCAL_BASES} must list keys, not {local!r}")
     recorded = dict(_strings(model_cfg))
     given = with_bases(model_cfg, overrides, source)
+    _check_copies(recorded, model_cfg, given, local, source)
     command = command or f"python predict.py adapters={folder}"
     shipped = [k for k, v in recorded.items() if v.startswith(f"./{BASE_DIR}/")]
     for key in dict.fromkeys([*BASE_KEYS, *local, *shipped]):
@@ -270,6 +290,28 @@ def resolve_bases(
                 f"of another machine is never followed): re-export the run, or give the base: {fix}"
             )
     return model_cfg
+
+
+RECORDED_DIGEST = re.compile(r"@sha256:([0-9a-f]{12})$")
+
+
+def _check_copies(recorded: Mapping[str, str], model_cfg: dict[str, Any], given: set[str], local: list[str], source: Path) -> None:
+    """A copy the user gives for a base recorded with its content hash is hashed too: a different model (or another
+    version of it) is said once per base, before any scoring, since its scores are not the export's."""
+    checked: set[str] = set()
+    for key in local:
+        match = RECORDED_DIGEST.search(recorded.get(key, ""))
+        value = dict(_strings(model_cfg)).get(key)
+        if key not in given or match is None or value is None or value in checked or not Path(value).is_dir():
+            continue
+        checked.add(value)
+        digest = folder_sha256(Path(value))
+        if not digest.startswith(match[1]):
+            log.warning(
+                "%s: model.%s=%s is not the base this export was trained on (%s): its files' SHA-256 begins %s; "
+                "the scores will not be the export's",
+                source, key, value, recorded[key], digest[:12],
+            )  # fmt: skip
 
 
 def missing_local_bases(model_cfg: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -17,7 +17,8 @@ the report folder (no `..`, absolute name or symlink out).
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+import math
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,24 @@ def _field(result: dict[str, Any], path: Path, field: str, kind: type, optional:
 
 
 def _number(value: Any) -> bool:
-    return value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite number or null (an undefined metric is written as null): NaN and infinities are no score."""
+    return value is None or isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _score(name: str, value: Any) -> bool:
+    """A metric of a fold result: a loss is ≥ 0, every other metric a fraction in [0, 1] (float32 rounding allowed)."""
+    if not _number(value):
+        return False
+    return value is None or (value >= 0 if name == "loss" else -SLACK <= value <= 1.0 + SLACK)
+
+
+SLACK = 1e-6  # float32 metrics land a rounding step outside [0, 1] (an AUROC of 1.0000001)
+
+
+def _probability(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(_probability(v) for v in value)
+    return value is not None and _number(value) and -SLACK <= value <= 1.0 + SLACK
 
 
 def read_fold_result(path: Path) -> dict[str, Any]:
@@ -78,12 +96,20 @@ def read_fold_result(path: Path) -> dict[str, Any]:
         required = field == "held_out" and result.get("selection") is not None
         table = _field(result, path, field, dict, optional=not required) or {}
         for key, row in table.items():
-            fits = (lambda v: _number(v) or isinstance(v, list)) if field == "held_out_labels" else _number
             if not isinstance(row, dict):
                 raise ReportInputError(f"{path}: {field}.{key} is a {type(row).__name__}, not an object", FIX)
-            wrong = [name for name, value in row.items() if not fits(value)]
+            if field == "held_out_labels":
+                wrong = [name for name, value in row.items() if not (_number(value) or isinstance(value, list))]
+                if wrong:
+                    raise ReportInputError(f"{path}: {field}.{key}.{wrong[0]} is not a number", FIX)
+                continue
+            wrong = [name for name, value in row.items() if not _score(name, value)]
             if wrong:
-                raise ReportInputError(f"{path}: {field}.{key}.{wrong[0]} is not a number", FIX)
+                raise ReportInputError(
+                    f"{path}: {field}.{key}.{wrong[0]} is {row[wrong[0]]!r}"[:300]
+                    + ": a metric is a finite number (a loss ≥ 0, any other score in [0, 1]) or null",
+                    FIX,
+                )
     _check_threshold(result, path)
     _check_baselines(result, path)
     columns = _field(result, path, "oof_predictions", dict)
@@ -91,8 +117,17 @@ def read_fold_result(path: Path) -> dict[str, Any]:
     if None in lengths.values() or len(set(lengths.values())) > 1:
         raise ReportInputError(f"{path}: oof_predictions must hold the lists {list(COLUMNS)} of one length, not {lengths}", FIX)
     texts = all(isinstance(v, str) for column in ("id", "head") for v in columns[column])
-    if not texts or not all(_number(v) or isinstance(v, list) for column in ("probability", "label") for v in columns[column]):
-        raise ReportInputError(f"{path}: oof_predictions holds ids or heads that are not strings, or scores that are not numbers", FIX)
+    if not texts or not all(_number(v) or isinstance(v, list) for v in columns["label"]):
+        raise ReportInputError(f"{path}: oof_predictions holds ids or heads that are not strings, or labels that are not numbers", FIX)
+    bad = next((k for k, v in enumerate(columns["probability"]) if not _probability(v)), None)
+    if bad is not None:
+        raise ReportInputError(
+            f"{path}: oof_predictions.probability[{bad}] is {columns['probability'][bad]!r}"[:300] + ", not a probability in [0, 1]", FIX
+        )
+    pairs = list(zip(columns["id"], columns["head"]))
+    if len(set(pairs)) != len(pairs):
+        twice = next(pair for pair, count in Counter(pairs).items() if count > 1)
+        raise ReportInputError(f"{path}: oof_predictions scores meme {twice[0]!r} for head {twice[1]!r} more than once"[:300], FIX)
     return result
 
 
@@ -107,7 +142,7 @@ def _check_baselines(result: dict[str, Any], path: Path) -> None:
             if not isinstance(table, dict):
                 raise ReportInputError(f"{path}: baselines.{kind}.{stage} is not an object", FIX)
             for head, scores in table.items():
-                good = isinstance(scores, dict) and all(v is None or (_number(v) and -1e-6 <= v <= 1.0 + 1e-6) for v in scores.values())
+                good = isinstance(scores, dict) and all(_score(name, v) for name, v in scores.items())
                 if not good:
                     raise ReportInputError(f"{path}: baselines.{kind}.{stage}.{head} is not an object of scores in [0, 1]", FIX)
 
@@ -120,7 +155,7 @@ def _check_threshold(result: dict[str, Any], path: Path) -> None:
     heads, mean = recorded.get("heads"), recorded.get("mean")
     tables = {f"heads.{h}": row for h, row in heads.items()} if isinstance(heads, dict) else {"heads": heads}
     for where, row in {**tables, "mean": mean}.items():
-        if not isinstance(row, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row.values()):
+        if not isinstance(row, dict) or not all(v is not None and _number(v) for v in row.values()):
             raise ReportInputError(f"{path}: selection_threshold.{where} is not an object of numbers", FIX)
 
 

@@ -42,6 +42,14 @@ def one_device_scorer(accelerator: str = "cpu") -> Scorer:
     return lambda model, records, batch_size, threshold: score(trainer, model, records, batch_size, threshold)
 
 
+def scoring_rule(model: Any) -> str:
+    """How the model's scores are made, as a report states it: its head layers, or a retrieval vote with its settings."""
+    if not model.scoring.needs_bank:
+        return "the head layers"
+    settings, bank = model.retrieval_settings, model.bank()
+    return f"a retrieval vote: the k={settings.k} nearest of {len(bank.ids)} labelled memes, {settings.weighting} weighting"
+
+
 def evaluate(
     models: list[tuple[str, Callable[[], Any]]],
     scored: Mapping[str, ScoredSplit],
@@ -73,7 +81,7 @@ def evaluate(
         records = scored[name].records
         model = load()
         rows = scorer(model, records, batch_size, threshold)
-        heads, head_rule = model.heads, model.head_rule
+        heads, head_rule, scored_by = model.heads, model.head_rule, scoring_rule(model)
         del model  # one model in memory at a time
         if not writer:
             continue
@@ -83,6 +91,7 @@ def evaluate(
         report["runs"][name] = {
             "split": scored[name].describe(),
             "selection": scored[name].selection,
+            "scored_by": scored_by,
             "metrics": scores.metrics,
             "alignment": scores.alignment,
             **scores.sections,

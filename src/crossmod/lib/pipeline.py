@@ -257,7 +257,8 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
         metrics["transfer"] = {transfer.dataset: scores}
         write_metrics(run_dir, metrics)
     if cfg.get("print_table", True):
-        print_table(metrics, f"{cfg.label} (fold {cfg.get('fold')})", f"Selection: {scored.rule} — {scored.description}")
+        fold = f" (fold {cfg.fold} of {cfg.num_folds})" if cfg.get("fold") is not None else ""  # a run without folds says none
+        print_table(metrics, f"{cfg.label}{fold}", f"Selection: {scored.rule} — {scored.description}")
         if metrics.get("baselines"):
             print_baselines(metrics)
         if transfer is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from contextlib import nullcontext
 from typing import Any
 
 from rich.console import Console
@@ -39,8 +41,19 @@ def culture_table(metrics: dict[str, Any], title: str) -> Table:
     return table
 
 
+def to_log_files(console: Console) -> None:
+    """What `console` printed (it records), written once more into the run's log files (Hydra's `train.log`) and
+    nowhere else: the table a person looks for in the run folder, without printing it twice on the console."""
+    text = console.export_text()
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and handler.stream is not None:
+            with handler.lock or nullcontext():
+                handler.stream.write(text if text.endswith("\n") else text + "\n")
+                handler.flush()
+
+
 def print_table(metrics: dict[str, Any], title: str, note: str | None = None) -> None:
-    console = Console()
+    console = Console(record=True)
     console.print(culture_table(metrics, title))
     console.print(
         "acc and F1 at P >= 0.5; test majority: the accuracy of always answering the test memes' most frequent class (an acc "
@@ -49,6 +62,7 @@ def print_table(metrics: dict[str, Any], title: str, note: str | None = None) ->
     )
     if note:
         console.print(note, soft_wrap=True)
+    to_log_files(console)
 
 
 def baseline_table(metrics: dict[str, Any], title: str) -> Table:
@@ -75,7 +89,7 @@ def baseline_table(metrics: dict[str, Any], title: str) -> Table:
 
 def print_baselines(metrics: dict[str, Any]) -> None:
     """The baselines table and the rule behind each of its rows."""
-    console = Console()
+    console = Console(record=True)
     if "test" not in metrics["best"] or not metrics["best"]["test"]:
         return
     console.print(baseline_table(metrics, "Baselines on the same test memes"))
@@ -88,3 +102,7 @@ def print_baselines(metrics: dict[str, Any]) -> None:
             f"(median {lengths['median']:.0f}, 95th percentile {lengths['p95']:.0f}, longest {lengths['max']}).",
             soft_wrap=True,
         )
+    languages = metrics["baselines"].get("languages")
+    if languages and languages.get("note"):
+        console.print(f"Languages: {languages['note']}.", soft_wrap=True, markup=False)  # a shared run's words, not markup
+    to_log_files(console)

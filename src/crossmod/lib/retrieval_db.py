@@ -14,7 +14,9 @@ checksums, shapes, dtypes, labels and finiteness are checked, and its ids must b
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,14 +24,15 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from torch.utils.data import DataLoader
 
-from crossmod.data.cache_files import save_weights, write_file
+from crossmod.data.cache_files import exclusive, write_file
 from crossmod.data.near_duplicates import IMAGE_BITS, NearDuplicates, content_key
 from crossmod.data.paths import OutsideRoot, ensure_within
 from crossmod.data.shards import sha256_file, write_json_atomic
 from crossmod.lib.callbacks.retrieval_bank import bank_of, embedded
 from crossmod.lib.user_errors import UserError
-from crossmod.models.retrieval.bank import Bank
+from crossmod.models.retrieval.bank import Bank, retrieval_logits
 from crossmod.models.retrieval.settings import RetrievalSettings
 from crossmod.models.trusted_targets import DATA_ROOT, DATA_TARGETS, check_trusted
 
@@ -70,6 +73,22 @@ class Embedder(L.LightningModule):
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         return embedded(self.model, batch)
+
+
+def embed_records(model: Any, records: list[dict[str, Any]], batch_size: int, device: torch.device) -> torch.Tensor:
+    """Every record's meme embedding under the model's current weights, in record order: the Embedder on Lightning's
+    predict loop, one device (the frozen-encoder probe's features, a retrieval export's scored memes)."""
+    from crossmod.data.batches import SamplesToBatch
+    from crossmod.lib.scoring import single_device_trainer
+
+    if not records:
+        return torch.zeros((0, model.backbone.output_dim), dtype=torch.float32)
+    loader = DataLoader(records, batch_size=batch_size, collate_fn=SamplesToBatch(model.preprocessor))
+    was_training = model.training
+    outputs = single_device_trainer("gpu" if device.type == "cuda" else "cpu").predict(Embedder(model), dataloaders=loader) or []
+    model.train(was_training)
+    model.cpu()
+    return torch.cat([output["embedding"] for output in outputs]).float()
 
 
 def labelled(embeddings: torch.Tensor, labels: torch.Tensor, ids: list[str]) -> tuple[Database, int]:
@@ -116,21 +135,87 @@ def run_training_memes(run_dir: Path, config: dict[str, Any], model: Any, cultur
     return labelled(bank.embeddings, bank.labels[culture], bank.ids)
 
 
-def write_database(folder: Path, database: Database) -> dict[str, Any]:
-    """Write the database files (each replaced whole) and return the card's facts about them."""
+VOTED_STAGES = ("val", "test")  # the run's selection memes and its held-out ones
+
+
+def vote_metrics(
+    run_dir: Path, config: dict[str, Any], model: Any, culture: str, database: Database, settings: RetrievalSettings
+) -> dict[str, dict[str, float] | None]:
+    """What a retrieval export scores by its own vote (the database's k nearest memes, `settings`) on the run's
+    selection (val) and held-out (test) memes, whatever rule trained the run: the numbers its card reports. None for a
+    stage the run has no memes in."""
+    from crossmod.evaluation.metrics import head_scores
+
+    datamodule = _run_datamodule(run_dir, config, model)
+    datamodule.setup("fit")
+    bank, head = database.bank(culture), model.heads[culture]
+    batch = datamodule.streaming.eval_batch_size or datamodule.streaming.batch_size
+    scores: dict[str, dict[str, float] | None] = {}
+    for stage in VOTED_STAGES:
+        records = datamodule.stage_records(stage, images=True)
+        if not records:
+            scores[stage] = None
+            continue
+        embeddings = embed_records(model, records, batch, model.device)
+        logits = retrieval_logits(embeddings, [r["id"] for r in records], bank, settings.k, settings.weighting)[culture]
+        target = head.labels([r["labels"].get(culture) for r in records])
+        scores[stage] = head_scores(head.probabilities(logits.float()), target, head)
+    return scores
+
+
+DB_NAME = re.compile(r"^retrieval_db(-[0-9a-f]{12})?\.safetensors$")  # DB_FILE, or an appended generation of it
+IDS_NAME = re.compile(r"^retrieval_ids(-[0-9a-f]{12})?\.json$")
+LOCK_FILE = ".retrieval_db.lock"
+
+
+def write_database(folder: Path, database: Database, generation: bool = False) -> dict[str, Any]:
+    """Write the database files and return the card's facts about them (`files`: their names, `sha256`: by name).
+
+    `generation`: the files take names of their own content (`retrieval_db-<sha256 prefix>.safetensors`) beside the
+    ones the card names, so that replacing the card afterwards is the one step that switches the adapter to them: a
+    kill at any instant leaves the old card with its old files, or the new card with its new ones (an append). Every
+    file is written whole under a fresh name and renamed into place, never through a link."""
+    from safetensors.torch import save
+
     Bank.of(database.embeddings, {"check": database.labels}, database.ids)  # the same checks as a loaded one
     tensors = {"embeddings": database.embeddings.float().contiguous(), "labels": database.labels.to(torch.int8).contiguous()}
-    staged = folder / f".{DB_FILE}.partial"
-    save_weights(tensors, str(staged))
-    staged.replace(folder / DB_FILE)
-    write_file(folder / IDS_FILE, json.dumps(database.ids, ensure_ascii=False).encode("utf-8"), "retrieval ids", user_folder=True)
+    contents = {"embeddings": save(tensors), "ids": json.dumps(database.ids, ensure_ascii=False).encode("utf-8")}
+    digests = {role: hashlib.sha256(data).hexdigest() for role, data in contents.items()}
+    names = {"embeddings": DB_FILE, "ids": IDS_FILE}
+    if generation:
+        names = {role: f"{Path(name).stem}-{digests[role][:12]}{Path(name).suffix}" for role, name in names.items()}
+    for role, data in contents.items():
+        write_file(folder / names[role], data, f"retrieval {role}", user_folder=True)
     counts = torch.bincount(database.labels.long(), minlength=2).tolist()
     return {
         "size": len(database.ids),
         "dim": int(database.embeddings.shape[1]),
         "labels": {"0": counts[0], "1": counts[1]},
-        "sha256": {DB_FILE: sha256_file(folder / DB_FILE), IDS_FILE: sha256_file(folder / IDS_FILE)},
+        "files": names,
+        "sha256": {names[role]: digests[role] for role in names},
     }
+
+
+def database_files(folder: Path, facts: dict[str, Any]) -> dict[str, Path]:
+    """The database's two files as the card names them (`files`; DB_FILE and IDS_FILE for a card from before
+    appends named their own), each a plain name of the database's pattern, inside the folder."""
+    named = facts.get("files") or {"embeddings": DB_FILE, "ids": IDS_FILE}
+    card = folder / "culture_card.json"
+    if not isinstance(named, dict) or set(named) != {"embeddings", "ids"}:
+        raise DatabaseError(f"{card}: retrieval.files must name exactly the embeddings and the ids file")
+    for role, pattern in (("embeddings", DB_NAME), ("ids", IDS_NAME)):
+        if not isinstance(named[role], str) or not pattern.match(named[role]):
+            raise DatabaseError(f"{card}: retrieval.files.{role} is {named[role]!r}"[:300] + ", not a database file name of this folder")
+    return {role: folder / name for role, name in named.items()}
+
+
+def _stale_generations(folder: Path, keep: dict[str, Path]) -> None:
+    """Database files no card names any more (an append's old generation, or one a killed append left): removed,
+    under the adapter's lock."""
+    kept = {path.name for path in keep.values()}
+    for path in folder.iterdir():
+        if (DB_NAME.match(path.name) or IDS_NAME.match(path.name)) and path.name not in kept and not path.is_dir():
+            path.unlink(missing_ok=True)
 
 
 def read_database(folder: Path, facts: Any) -> Database:
@@ -150,40 +235,42 @@ def read_database(folder: Path, facts: Any) -> Database:
         and dim >= 1
     ):
         raise DatabaseError(f"{card}: retrieval.size and retrieval.dim must be positive integers, got {size!r} and {dim!r}"[:300])
-    for name in (DB_FILE, IDS_FILE):
-        path = folder / name
+    files = database_files(folder, facts)
+    for role, path in files.items():
+        name = path.name
         try:
             ensure_within(folder, path, "file", name)
         except OutsideRoot as error:
             raise DatabaseError(f"{folder}: {error}") from None
         if not path.is_file():
             raise DatabaseError(f"{path} is missing")
-        if name == IDS_FILE and path.stat().st_size > ids_file_bound(size):
+        if role == "ids" and path.stat().st_size > ids_file_bound(size):
             raise DatabaseError(
                 f"{path}: {path.stat().st_size:,} bytes, more than {size} ids of at most {MAX_ID_CHARS} characters take "
                 f"({ids_file_bound(size):,} bytes); not read"
             )
         if sha256_file(path) != facts["sha256"].get(name):
             raise DatabaseError(f"{path}: its SHA-256 is not the one culture_card.json records (changed or truncated)")
-    tensors = load_weights(folder / DB_FILE, REBUILD)
+    db_path = files["embeddings"]
+    tensors = load_weights(db_path, REBUILD)
     if set(tensors) != {"embeddings", "labels"}:
-        raise DatabaseError(f"{folder / DB_FILE}: holds {sorted(tensors)[:5]}, not exactly embeddings and labels")
+        raise DatabaseError(f"{db_path}: holds {sorted(tensors)[:5]}, not exactly embeddings and labels")
     embeddings, labels = tensors["embeddings"], tensors["labels"]
     if embeddings.dtype != torch.float32 or tuple(embeddings.shape) != (size, dim):
         raise DatabaseError(
-            f"{folder / DB_FILE}: embeddings are {embeddings.dtype} {tuple(embeddings.shape)}, the card says float32 ({size}, {dim})"
+            f"{db_path}: embeddings are {embeddings.dtype} {tuple(embeddings.shape)}, the card says float32 ({size}, {dim})"
         )
     if labels.dtype != torch.int8 or tuple(labels.shape) != (size,):
-        raise DatabaseError(f"{folder / DB_FILE}: labels are {labels.dtype} {tuple(labels.shape)}, the card says int8 ({size},)")
+        raise DatabaseError(f"{db_path}: labels are {labels.dtype} {tuple(labels.shape)}, the card says int8 ({size},)")
     if not torch.isfinite(embeddings).all() or (embeddings.norm(dim=1) == 0).any():
         row = int((~torch.isfinite(embeddings).all(1) | (embeddings.norm(dim=1) == 0)).nonzero()[0])
-        raise DatabaseError(f"{folder / DB_FILE}: embedding row {row} is not finite or is zero (no direction to compare)")
+        raise DatabaseError(f"{db_path}: embedding row {row} is not finite or is zero (no direction to compare)")
     if size > 1 and bool((embeddings == embeddings[0]).all()):
-        raise DatabaseError(f"{folder / DB_FILE}: every embedding row is the same: every meme would get the same neighbours")
+        raise DatabaseError(f"{db_path}: every embedding row is the same: every meme would get the same neighbours")
     if ((labels != 0) & (labels != 1)).any():
         row = int(((labels != 0) & (labels != 1)).nonzero()[0])
-        raise DatabaseError(f"{folder / DB_FILE}: label row {row} is {int(labels[row])}, not 0 or 1")
-    ids = _read_ids(folder / IDS_FILE, size)
+        raise DatabaseError(f"{db_path}: label row {row} is {int(labels[row])}, not 0 or 1")
+    ids = _read_ids(files["ids"], size)
     return Database(embeddings, labels, ids)
 
 
@@ -329,6 +416,20 @@ def add(
     """Embed the shards' memes that carry the culture's label and append them to the folder's database. Their ids are
     checked before anything is embedded or written; memes the adapter's run held out or selected on are refused unless
     `allow_held_out` (scores on them are then not held-out scores)."""
+    # two appends to one adapter take turns: each reads the database the other left (none of its rows is lost)
+    with exclusive(Path(folder) / LOCK_FILE, "retrieval adapter's lock"):
+        return _add(Path(folder), shards, splits, skip_existing, batch_size, allow_held_out, bases)
+
+
+def _add(
+    folder: Path,
+    shards: str,
+    splits: list[str] | None,
+    skip_existing: bool,
+    batch_size: int,
+    allow_held_out: bool,
+    bases: dict[str, str] | None,
+) -> dict[str, int]:
     from crossmod.data.predict_inputs import read_inputs
     from crossmod.lib.loading import load
     from crossmod.lib.scoring import predict_in_order, single_device_trainer
@@ -373,7 +474,7 @@ def add(
         rows = predict_in_order(single_device_trainer(), Embedder(model), new, batch_size, model.preprocessor)
         embeddings = torch.tensor([row["embedding"] for row in rows], dtype=torch.float32)
         labels = torch.tensor([int(r["labels"][culture]) for r in new], dtype=torch.int8)
-        facts = write_database(folder, current.plus(Database(embeddings, labels, [str(r["id"]) for r in new])))
+        facts = write_database(folder, current.plus(Database(embeddings, labels, [str(r["id"]) for r in new])), generation=True)
         card["retrieval"] = {
             **card["retrieval"],
             **facts,
@@ -382,6 +483,8 @@ def add(
                 {**_source_of(str(shards)), "memes": len(new), "held_out_or_selection_memes": counts["held_out_added"]},
             ],
         }
-        # through a fresh temporary file and a rename: a link planted at the card's name is replaced, never written through
+        # the commit: the card, through a fresh temporary file and a rename (a link planted at its name is replaced,
+        # never written through), now names the new files; then the old generation goes
         write_json_atomic(folder / "culture_card.json", json.loads(json.dumps(card, default=str)))
+        _stale_generations(folder, database_files(folder, card["retrieval"]))
     return counts
