@@ -44,7 +44,10 @@ def one_device_scorer(accelerator: str = "cpu") -> Scorer:
 
 def scoring_rule(model: Any) -> str:
     """How the model's scores are made, as a report states it: its head layers, or a retrieval vote with its settings."""
-    if not model.scoring.needs_bank:
+    while not hasattr(model, "scoring") and hasattr(model, "model"):  # a mapped head (ScoredAs) scores by its model's rule
+        model = model.model
+    scoring = getattr(model, "scoring", None)
+    if scoring is None or not scoring.needs_bank:
         return "the head layers"
     settings, bank = model.retrieval_settings, model.bank()
     return f"a retrieval vote: the k={settings.k} nearest of {len(bank.ids)} labelled memes, {settings.weighting} weighting"
