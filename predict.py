@@ -1,6 +1,8 @@
 """Score new memes with an exported culture folder from a checkout: `python predict.py …` is `crossmod predict …` (crossmod/recipes/predict.py)."""
 
-from crossmod.recipes.predict import main
+import sys
 
-if __name__ == "__main__":
-    main()
+from crossmod.cli import main
+
+if __name__ == "__main__":  # through the one front door: --help and the override checks answer before torch loads
+    sys.exit(main(["predict", *sys.argv[1:]]))

@@ -1,6 +1,8 @@
 """Answer memes zero-shot with a VLM from a checkout: `python zeroshot.py …` is `crossmod zeroshot …` (crossmod/recipes/zeroshot.py)."""
 
-from crossmod.recipes.zeroshot import main
+import sys
 
-if __name__ == "__main__":
-    main()
+from crossmod.cli import main
+
+if __name__ == "__main__":  # through the one front door: --help and the override checks answer before torch loads
+    sys.exit(main(["zeroshot", *sys.argv[1:]]))

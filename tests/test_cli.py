@@ -62,12 +62,85 @@ def test_report_by_kind_is_the_report_job_of_that_kind(monkeypatch):
     for wrong in ([], ["fold"]):
         with pytest.raises(SystemExit, match=r"crossmod report cv\|seed\|zeroshot"):
             cli.main(["report", *wrong])
-    assert "seed_report is powered by Hydra" in _crossmod("report", "seed", "--help")
+    assert _crossmod("report", "seed", "--help").startswith("crossmod seed-report: ")
 
 
-def test_ls_lists_every_shipped_experiment():
-    listed = _crossmod("ls", "experiments").split(": ", 1)[1].split()
+def test_ls_lists_every_shipped_experiment_with_its_one_line():
+    header, *rows = _crossmod("ls", "experiments").splitlines()
+    assert header == "experiments (experiment=<name>):"
+    listed = [row.split()[0] for row in rows]
     assert listed == sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
+    described = dict(row.strip().split(None, 1) for row in rows if len(row.split()) > 1)
+    assert set(described) == set(listed), "an experiment without a description"  # e.g. its first prose comment line
+    assert described["synthetic_concat"].startswith("Concat fusion on the embedded synthetic memes")
+    assert not any(line.startswith(("python ", "crossmod ", "@package")) for line in described.values())
+
+
+def _probe(*argv: str) -> subprocess.CompletedProcess:
+    """`crossmod <argv>` in a process that then prints which heavy libraries it imported."""
+    code = (
+        "import sys; from crossmod.cli import main\n"
+        "try:\n    status = main(sys.argv[1:])\nexcept SystemExit as stop:\n    status = stop.code\n"
+        "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning', 'transformers'}), status)"
+    )
+    return subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=scaled(60))
+
+
+def test_a_jobs_help_starts_with_its_own_keys_and_loads_no_torch():
+    done = _probe("train", "--help")
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "LOADED [] 0", done.stdout[-2000:] + done.stderr[-2000:]
+    assert lines[0].startswith("crossmod train: ") and lines[3].startswith("keys ")
+    keys = [line.split()[0] for line in lines[4:] if line.startswith("  ")]
+    assert keys[:4] == ["name=${run_name:}", "label=${run_label:${name}}", "seed=1234", "fold=null"], keys[:6]
+    assert "cv.selection=inner" in keys and "experiment=null" in keys and "model=concat" in keys
+    assert len(lines) < 80  # Hydra's own listing of every composed value is `--cfg job`, one flag away
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["train", "experiment=qwen_lora_c"], "experiment=qwen_lora_c: no such experiment config (did you mean qwen_lora_cv?)"),
+        (["train", "-m", "model=text,imag"], "model=imag: no such model config (did you mean image?)"),
+        (["train", "trainer.max_epoch=1"], "trainer.max_epoch: the composed config has no key 'max_epoch' under trainer (did you mean trainer.max_epochs?)"),
+        (["cv", "experiment=mhc_text", "data.source.languags=[de]"], "(did you mean data.source.languages?)"),
+        (["evaluate", "ckpt=x", "dat=mhc"], "dat: the composed config has no key 'dat' (did you mean data?)"),
+    ],
+)
+def test_a_typo_is_one_line_with_a_did_you_mean_before_torch_loads(args, said):
+    done = _probe(*args)
+    assert done.stdout.splitlines()[-1] == "LOADED [] 1", done.stdout[-2000:] + done.stderr[-2000:]
+    error = done.stderr.strip().splitlines()
+    assert len(error) == 1 and said in error[0] and "Fix: " in error[0], error
+    assert f"+{args[-1]}" not in error[0]  # never the advice that adds the typo as a new key
+
+
+def test_a_key_with_no_near_name_is_told_how_to_add_it_on_purpose():
+    done = _probe("train", "trainer.foo_bar=1")
+    assert "+trainer.foo_bar=<value> adds a key the config lacks, if that is meant" in done.stderr, done.stderr
+
+
+def test_what_the_config_has_passes_the_checks(tmp_path):
+    """Sweeps, additions, deletions, an experiment's own keys and one's own --config-dir all go through."""
+    from crossmod.lib.command_line import check
+
+    mine = tmp_path / "experiment" / "mine.yaml"
+    mine.parent.mkdir()
+    mine.write_text("# @package _global_\nname: mine\nextra:\n  depth: 3\n")
+    configs, module = cli.configs_dir(), cli.JOBS["train"].module
+    for args in (
+        ["-m", "model=text,image", "seed=1,2", "trainer.max_epochs=1"],
+        ["+model.classify=retrieval", "~data.heads.US", "data.heads.DE.kind=binary", "hydra.run.dir=/tmp/x"],
+        ["experiment=mhc_text", "data.source.languages=[de]", "seed=3"],
+        ["--config-dir", str(tmp_path), "experiment=mine", "extra.depth=4"],
+        ["experiment=qwen_lora_c", "--cfg", "job"],  # a Hydra flag the checks do not know: Hydra's to answer
+        ["data=mhc", "data.raw_dir=/nowhere"],
+    ):
+        check("train", module, args, configs)
+    from crossmod.lib.user_errors import UserError
+
+    with pytest.raises(UserError, match="extra.dept"):
+        check("train", module, ["--config-dir", str(tmp_path), "experiment=mine", "extra.dept=4"], configs)
 
 
 def test_cp_puts_a_copy_where_config_dir_finds_it_named_after_its_file(tmp_path):

@@ -83,8 +83,34 @@ def options(group: str) -> list[str]:
     return sorted(str(path.relative_to(folder).with_suffix("")) for path in folder.rglob("*.yaml"))
 
 
+def description(path: Path, width: int = 96) -> str:
+    """A config's one line: its first prose comment (not `@package`, not an example command), else its first key's
+    inline comment."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#")
+        if text.strip() and not text.startswith("   ") and "@package" not in text:
+            return _cut(text.strip(), width)
+    inline = next((line.split(" # ", 1)[1].strip() for line in lines if " # " in line and not line.startswith("#")), "")
+    return _cut(inline, width)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def list_configs(groups: list[str]) -> str:
-    return "\n".join(f"{group}: {' '.join(options(group))}" for group in (groups or GROUPS))
+    """Each group's configs, one line each with its description (`crossmod ls experiments`)."""
+    blocks = []
+    for group in groups or GROUPS:
+        folder = configs_dir() / GROUPS.get(group, group)
+        names = options(group)
+        width = max(map(len, names), default=0)
+        rows = [f"  {name:<{width}}  {description(folder / f'{name}.yaml')}".rstrip() for name in names]
+        blocks.append("\n".join([f"{group} ({GROUPS.get(group, group)}=<name>):", *rows]))
+    return "\n\n".join(blocks)
 
 
 def copy_config(name: str, destination: str) -> tuple[Path, str]:
@@ -127,6 +153,34 @@ def run_job(name: str, args: list[str]) -> object:
     return module.main()
 
 
+def _near(word: str, choices: object) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1)  # type: ignore[call-overload]
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _before_the_job(name: str, args: list[str]) -> int | None:
+    """What the command line alone answers, before the job (and torch) is imported: `--help` from the job's config file,
+    an unknown config option or key as one line (crossmod.lib.command_line). Its exit status, or None: run the job."""
+    from crossmod.lib.command_line import check, help_text
+    from crossmod.lib.user_errors import UserError
+
+    job = JOBS[name]
+    if "--help" in args or "-h" in args:
+        text = help_text(name, job.summary, job.module, configs_dir())
+        if text is not None:
+            print(text)
+            return 0
+        return None  # an argparse job answers its own --help
+    try:
+        check(name, job.module, args, configs_dir())
+    except UserError as error:
+        print(f"[{job.module.rsplit('.', 1)[-1]}] error: {error}", file=sys.stderr, flush=True)
+        return 1
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help", "help"):
@@ -149,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"usage: crossmod report {'|'.join(REPORTS)} [overrides …]  (crossmod report cv runs=<folder of fold runs>)")
         command, rest = REPORTS[rest[0]], rest[1:]
     if command not in JOBS:
-        raise SystemExit(f"crossmod: no job {command!r}\n\n{usage()}")
+        raise SystemExit(f"crossmod: no job {command!r}{_near(command, JOBS)}\n\n{usage()}")
+    if (answered := _before_the_job(command, rest)) is not None:
+        return answered
     result = run_job(command, rest)
     return result if isinstance(result, int) else 0
 

@@ -210,6 +210,30 @@ def test_folds_evaluated_on_part_of_their_held_out_memes_are_a_problem_not_a_key
     assert any("never scored" in problem for problem in summary["problems"])
 
 
+def test_cv_and_report_cv_name_a_partly_scored_fold_the_same_way_and_exit_0(tmp_path, capsys):
+    """`crossmod cv … debug=limit` wrote its report, then exited 1 on the problem `crossmod report cv` printed with exit 0."""
+    from omegaconf import OmegaConf
+
+    from crossmod.recipes.cross_validate import finish, limited_test
+
+    results = [fold_result(0), fold_result(1)]
+    results[1]["held_out_labels"]["m/1/never-scored"] = {"US": 1, "DE": 0}
+    runs = write_folds(tmp_path / "runs", results)
+    cfg = OmegaConf.create({"cv_metric": "cv_selection/mean/auroc_mean", "logger": None, "trainer": {"limit_test_batches": 3}})
+
+    value = finish(cfg, runs, ["exp"])
+    printed = capsys.readouterr().out.splitlines()
+    reported = cv_report(runs, tmp_path / "again")
+
+    assert value == pytest.approx(0.75)
+    assert reported.returncode == 0, reported.stderr[-3000:]
+    problems = [line for line in printed if line.startswith("  problem:")]
+    assert problems and problems == [line for line in reported.stdout.splitlines() if line.startswith("  problem:")]
+    assert "fold 1: 1 held-out memes were never scored" in problems[0]
+    assert printed[0].startswith("[cross_validate] exp: held-out mean AUROC ") and "(selection: inner)" in printed[0]
+    assert "limit_test_batches=3" in limited_test(cfg) and limited_test(OmegaConf.create({"trainer": {}})) is None
+
+
 def test_export_writes_its_readme_when_a_metric_is_undefined(leaky_run, tmp_path):
     run = Path(shutil.copytree(leaky_run, tmp_path / "run", ignore=shutil.ignore_patterns("wandb")))
     metrics = json.loads((run / "metrics.json").read_text())

@@ -228,3 +228,15 @@ def report(root: Path, out: Path | None = None) -> dict[str, Any]:
     if transfer is not None:
         results[TRANSFER] = transfer
     return results
+
+
+def summary_lines(name: str, result: dict[str, Any]) -> list[str]:
+    """What `crossmod cv` and `crossmod report cv` print for one report: its held-out mean and selection rule, then each
+    problem it found (a fold scored on part of its memes, a fold missing or twice). Both jobs print the same lines and
+    exit 0 once the report is written: the problems are in it, named."""
+    mean = result.get("metrics", {}).get("cv/mean/auroc_mean")
+    std = result.get("metrics", {}).get("cv/mean/auroc_std")
+    rule = result.get("selection", {}).get("rule")
+    head = f"{name}: held-out mean AUROC {mean:.4f} ± {std:.4f} (selection: {rule})" if mean is not None else f"{name}: no usable folds"
+    return [head, *(f"  problem: {problem}" for problem in result.get("problems", []))]
+

@@ -15,7 +15,7 @@ from crossmod.lib.user_errors import entry_point
 def main(cfg: DictConfig) -> None:
     from pathlib import Path
 
-    from crossmod.lib.cv_report import TRANSFER, report
+    from crossmod.lib.cv_report import TRANSFER, report, summary_lines
     from crossmod.lib.user_errors import UserError
 
     runs, out = Path(cfg.runs), Path(cfg.out) if cfg.out else None
@@ -24,12 +24,7 @@ def main(cfg: DictConfig) -> None:
         raise UserError(f"runs={runs}: no fold runs (fold_result.json) under it", "pass runs=<the folder the fold runs wrote>", "runs")
     transfer = results.pop(TRANSFER, None)
     for name, result in results.items():
-        mean = result.get("metrics", {}).get("cv/mean/auroc_mean")
-        std = result.get("metrics", {}).get("cv/mean/auroc_std")
-        rule = result.get("selection", {}).get("rule")
-        print(f"{name}: held-out mean AUROC {mean:.4f} ± {std:.4f} (selection: {rule})" if mean is not None else f"{name}: no usable folds")
-        for problem in result["problems"]:
-            print(f"  problem: {problem}")
+        print("\n".join(summary_lines(name, result)))
     if transfer is not None:
         print(f"culture transfer (Table 11): {(out or runs / 'cv_report') / 'culture_transfer.md'}")
 
