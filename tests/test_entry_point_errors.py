@@ -221,3 +221,43 @@ def test_a_refusal_wrapped_by_hydras_instantiate_is_one_line(capsys, monkeypatch
 
     with pytest.raises(InstantiationException):  # anything else keeps its traceback
         broken({})
+
+
+HIDE = """
+import sys
+import crossmod.lib.preflight as preflight
+HIDDEN, found = {hidden!r}, preflight.installed
+preflight.installed = lambda module: module not in HIDDEN and found(module)  # as if the extra were not installed
+from crossmod.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    "hidden, args, extra",
+    [
+        ("wandb", ["train", "logger=wandb"], "crossmod[wandb]"),
+        ("hydra_plugins.hydra_optuna_sweeper", ["train", "hparams_search=concat_optuna"], "crossmod[sweeps]"),
+        ("deepspeed", ["train", "strategy=deepspeed_zero2"], "crossmod[deepspeed]"),
+        ("rapidocr_onnxruntime", ["train", "data=multi3hate", "data.ocr={engine: rapidocr, langs: [en]}", "fold=0", "num_folds=3"], "crossmod[ocr]"),
+    ],
+)
+def test_a_missing_optional_part_is_one_line_naming_its_extra_before_a_run_folder(tmp_path, hidden, args, extra):
+    job, *overrides = args
+    if "data=multi3hate" in overrides:
+        overrides.append(f"data.raw_dir={layouts.multi3hate(tmp_path / 'm3h', memes=3, languages=('en',), raw=False)}")
+    where = [f"paths.log_dir={tmp_path / 'logs'}", f"paths.data_dir={tmp_path / 'data'}"]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    result = subprocess.run(
+        [sys.executable, "-c", HIDE.format(hidden=[hidden]), job, *where, *overrides],
+        cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=scaled(300),
+    )  # fmt: skip
+    line = _refused(result, tmp_path, f'Fix: pip install "{extra}"', "a plain install leaves out")
+    assert hidden.split(".")[-1] in line
+
+
+def test_a_module_is_installed_when_found_and_not_when_it_or_its_parent_is_missing():
+    from crossmod.lib.preflight import installed
+
+    assert installed("hydra") and installed("hydra_plugins.hydra_optuna_sweeper")
+    assert not installed("crossmod_no_such_module") and not installed("crossmod_no_such_module.sub")

@@ -129,6 +129,13 @@ def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tin
     logged = (run_dir / "train.log").read_text()  # the run folder keeps the table a person looks for, once
     assert logged.count("val / test") == result.stdout.count("val / test") >= 1 and fold in logged
     assert ("Baselines on the same test memes" in logged) == ("Baselines on the same test memes" in result.stdout)
+    # the figures a person opens, beside metrics.json whatever the logger: from the run's own test predictions
+    from crossmod.evaluation.alignment import read_predictions
+    from crossmod.evaluation.predictions import labelled_pairs
+
+    tested = run_dir / "predictions" / "test.csv"
+    if tested.is_file() and labelled_pairs(*read_predictions(tested)):
+        assert (run_dir / "roc_test.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_hateful_memes_recipe_protocol_is_composed(train_run, raw_dirs):

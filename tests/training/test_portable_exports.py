@@ -77,6 +77,24 @@ def test_no_exported_file_names_a_path_of_the_training_machine(moved):
                 assert machine not in path.read_text(), f"{path.relative_to(moved[name])} names {machine}"
 
 
+def test_the_readme_is_a_model_card_naming_data_split_rule_base_and_held_out_numbers_beside_baselines(moved):
+    card = json.loads((moved["named"] / "culture_card.json").read_text())
+    readme = (moved["named"] / "README.md").read_text()
+    front, body = readme.split("---\n")[1], readme.split("---\n", 2)[2]
+    assert '"crossmod"' in front and '"culture-MX"' in front and "base_model" not in front  # a local base is no hub id
+    trained = card["trained_on"]
+    assert f"- dataset: `{trained['dataset']}` (fingerprint `{trained['fingerprint']}`)" in body
+    assert f"- selection rule: `{trained['selection_rule']}`" in body and trained["selection_rule"]
+    assert f"`{TITLE}@sha256:{moved['sha256'][:12]}`" in body and f"content SHA-256 `{moved['sha256']}`" in body
+    assert "revision None" not in readme and "revision `None`" not in readme
+    test = card["metrics"]["test"]
+    row = next(line for line in body.splitlines() if line.startswith("| test | "))
+    assert f" {test['acc']:.4f} " in row and f" {test['auroc']:.4f} " in row
+    majority = card["baselines"]["majority"]["test"]
+    assert majority and f"| test, majority | {majority['acc']:.4f} |" in body, body
+    assert "test = the held-out memes" in body
+
+
 def test_model_config_names_no_absolute_path(moved):
     for name in ("shipped", "named"):
         config = json.loads((moved[name] / "model_config.json").read_text())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import BinaryIO
 
 import matplotlib
 
@@ -16,7 +17,7 @@ from crossmod.evaluation.alignment import BEST  # noqa: E402
 from crossmod.evaluation.metrics import culture_auroc  # noqa: E402
 
 
-def roc_figure(scores: dict[str, tuple[np.ndarray, np.ndarray]], path: Path, title: str) -> Path:
+def roc_figure(scores: dict[str, tuple[np.ndarray, np.ndarray]], path: Path | BinaryIO, title: str) -> Path | BinaryIO:
     """One ROC curve per head: `scores[head] = (labels, probabilities)`."""
     fig, ax = plt.subplots(figsize=(5, 5))
     for head, (labels, probs) in scores.items():
@@ -33,7 +34,7 @@ def roc_figure(scores: dict[str, tuple[np.ndarray, np.ndarray]], path: Path, tit
     return path
 
 
-def alignment_heatmap(matrix: dict[str, dict[str, float]], path: Path, title: str) -> Path:
+def alignment_heatmap(matrix: dict[str, dict[str, float]], path: Path | BinaryIO, title: str) -> Path | BinaryIO:
     """Rows: heads (or per-culture models); columns: each culture's labels; cell: AUROC."""
     rows, cols = list(matrix), list(next(iter(matrix.values())))
     values = np.array([[matrix[r][c] for c in cols] for r in rows])

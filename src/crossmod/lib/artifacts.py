@@ -12,7 +12,6 @@ run someone shares is data, never code.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import struct
@@ -31,6 +30,7 @@ from crossmod.lib.bases import (
     portable_bases,
     without_machine_paths,
 )
+from crossmod.lib.export_readme import readme
 from crossmod.lib.redaction import redact
 from crossmod.lib.user_errors import UserError
 from crossmod.models.backbone import Generative
@@ -174,6 +174,15 @@ def export_culture(
     return out
 
 
+def _culture_baselines(baselines: dict[str, Any] | None, culture: str) -> dict[str, Any]:
+    """Each baseline's name, rule and this culture's scores per stage (the run's metrics.json `baselines.rows`)."""
+    rows = (baselines or {}).get("rows") or {}
+    return {
+        kind: {"name": row.get("name"), "rule": row.get("rule"), **{s: (row.get(s) or {}).get(culture) for s in ("val", "test")}}
+        for kind, row in rows.items()
+    }
+
+
 def _trained_on(run_dir: Path, metrics: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """The dataset and split rule the exported weights were trained and selected with."""
     manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").is_file() else {}
@@ -311,13 +320,15 @@ def _write_culture(
         "trained_on": _trained_on(run_dir, metrics, info["config"]),
         "selection": _portable_selection(metrics.get("selection"), run_dir),
         "metrics_per_fold": fold_metrics(run_dir, metrics.get("experiment"), culture),
+        # the baselines fitted on the same training memes, scored on the same memes as `metrics` (this culture's rows)
+        "baselines": _culture_baselines(metrics.get("baselines"), culture),
         "training_config": without_machine_paths(redact(info["config"])),
     }
     if (run_dir / "manifest.json").is_file():
         write_json_atomic(out / "manifest.json", without_machine_paths(json.loads((run_dir / "manifest.json").read_text())))
     _export_database(model, info, run_dir, culture, out, card, kind)
     (out / "culture_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
-    (out / "README.md").write_text(_readme(card))
+    (out / "README.md").write_text(readme(card))
 
 
 def _export_database(
@@ -379,63 +390,3 @@ def _revision(model: MemeClassifier) -> str | None:
     if not isinstance(model.backbone, Generative):
         return None
     return getattr(model.backbone.base_model().config, "_commit_hash", None)  # Transformers sets it for Hub downloads only
-
-
-def _readme(card: dict[str, Any]) -> str:
-    lines = [
-        f"# {card['experiment']}: {card['culture']}",
-        "",
-        f"- family: `{card['family']}` ({card['format']}); base model: `{card['base_model']}` (revision {card['base_revision']})",
-        f"- labels: {card['label_map']}",
-        f"- best checkpoint: `{card['checkpoint']}`",
-        "",
-        "| stage | " + " | ".join(_metric_names(card)) + " |",
-    ]
-    metric_names = _metric_names(card)
-    lines.append("|---|" + "---|" * len(metric_names))
-    for stage, values in card["metrics"].items():
-        if isinstance(values, dict) and values:
-            lines.append(f"| {stage} | " + " | ".join(_shown(values.get(m)) for m in metric_names) + " |")
-    if card.get("scored_by"):
-        lines += ["", f"Scored by {card['scored_by']}."]
-    run = card.get("run_metrics")
-    if run:
-        lines += [
-            f"The run's own scores ({run['scored_by']} rule, selected checkpoint): "
-            + ", ".join(f"{stage} AUROC {_shown((run.get(stage) or {}).get('auroc'))}" for stage in ("val", "test")),
-        ]
-    if card["metrics_per_fold"]:
-        lines += [
-            "",
-            "Per fold (held-out fold, test, each fold run's own scoring rule): "
-            + ", ".join(f"fold {k}: AUROC {_shown((v or {}).get('auroc'))}" for k, v in card["metrics_per_fold"].items()),
-        ]
-    if card["format"] == "peft-lora":
-        lines += [
-            "",
-            "```python",
-            "from peft import PeftModel",
-            "from transformers import AutoModelForImageTextToText",
-            f"base = AutoModelForImageTextToText.from_pretrained({_readme_base(card['base_model'])!r})",
-            "model = PeftModel.from_pretrained(base, '<this folder>')",
-            "```",
-            "or with crossmod: `python predict.py adapters=<this folder> inputs=<memes>`",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def _metric_names(card: dict[str, Any]) -> list[str]:
-    """The README table's columns: the metrics of the first stage that has any (a run without selection memes has no val)."""
-    return sorted(next((v for v in card["metrics"].values() if isinstance(v, dict) and v), {}))
-
-
-def _shown(value: Any) -> str:
-    """A metric as the README shows it: four decimals, or `undefined` (None or NaN: AUROC of a one-class split)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return "undefined"
-    return f"{value:.4f}"
-
-
-def _readme_base(base: str | None) -> str:
-    """The base as a reader of the README loads it: a shipped one inside this folder."""
-    return f"<this folder>/{base[2:]}" if base and base.startswith("./") else str(base)

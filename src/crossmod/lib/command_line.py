@@ -137,6 +137,17 @@ def _options(folders: list[Path], group: str) -> set[str] | None:
     return {str(p.relative_to(f).with_suffix("")) for f in found for p in f.rglob("*.yaml")}
 
 
+# groups whose configs compose a Hydra plugin's own config: without the plugin Hydra says "Could not find 'hydra/…'"
+PLUGINS = {"hparams_search": "hydra_plugins.hydra_optuna_sweeper", "hydra/launcher": "hydra_plugins.hydra_submitit_launcher"}
+
+
+def _plugin(group: str, values: list[str]) -> None:
+    from crossmod.lib.preflight import needs_package
+
+    if any(v not in ("null", "basic") for v in values):  # Hydra's own basic launcher needs no plugin
+        needs_package(PLUGINS[group], group)
+
+
 def _suggest(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
@@ -160,6 +171,8 @@ def check(job: str, module: str, args: list[str], configs: Path) -> None:
     composing, keys = [], []
     for override in parsed:
         key = override.key_or_group
+        if key in PLUGINS and not override.is_delete():
+            _plugin(key, list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.get_value_element_as_str()])
         if override.package is not None or key.split(".")[0].split("/")[0] == "hydra":
             continue
         options = _options(folders, key)

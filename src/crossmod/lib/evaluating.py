@@ -30,6 +30,38 @@ class Loaded:
         return model
 
 
+CARD = "culture_card.json"
+
+
+def export_folders(ckpt: Path) -> list[Path]:
+    """The exported culture folders `ckpt` is or holds (an export's parent holds one per culture)."""
+    if not ckpt.is_dir():
+        return []
+    if (ckpt / CARD).is_file():
+        return [ckpt]
+    return sorted(child for child in ckpt.iterdir() if child.is_dir() and (child / CARD).is_file())
+
+
+def report_folder(out: str | None, ckpt: Path, dataset: str, split: str, root: Path) -> Path:
+    """Where evaluate writes its report: `out=`, else beside a run (`<run>/report-<dataset>-<split>`, the run's own
+    folder), else, for exported culture folders, under `<root>/evaluations/<export folder>/`. An export may be a
+    shared, read-only copy that others load: evaluate never writes inside one, not even when told to."""
+    exports = export_folders(ckpt)
+    name = f"report-{dataset}-{split}"
+    if out:
+        target = Path(out).absolute()
+        inside = next((e for e in exports if target.resolve().is_relative_to(e.resolve())), None)
+        if inside is not None:
+            from crossmod.lib.user_errors import UserError
+
+            raise UserError(f"out={out} lies inside the exported folder {inside}", "give a report folder outside it: out=<dir>", "out")
+        return target
+    if exports:
+        folder = ckpt.absolute()
+        return root / "evaluations" / folder.parent.name / folder.name / name  # the names on this machine, never the card's
+    return (ckpt.parent if ckpt.is_file() else ckpt) / name
+
+
 Scorer = Callable[[Any, list[dict[str, Any]], int, float], list[dict[str, Any]]]
 
 

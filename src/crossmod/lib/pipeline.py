@@ -249,6 +249,10 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
     copy_manifest(parts.datamodule.dataset_dir, run_dir)
     metrics["selection_threshold"] = threshold_on_selection(run_dir / "predictions")
     write_metrics(run_dir, metrics)
+    if cfg.get("plots", True):
+        from crossmod.lib.run_figures import write_run_figures
+
+        write_run_figures(run_dir, cfg.label)
     if transfer is not None:  # reads the run's files just written, as evaluate.py would
         from crossmod.lib.eval_data import score_transfer
 

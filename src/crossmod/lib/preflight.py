@@ -21,6 +21,55 @@ TRAIN = "python train.py"
 
 
 # ------------------------------------------------------------------------------------------ pieces
+# What an optional part needs, the extra that brings it (setup.cfg) and what asks for it: a plain install leaves these
+# out (docs/install.md says why), and a job that needs one is refused in one line before any folder is made.
+EXTRAS = {
+    "wandb": ("wandb", "logger=wandb"),
+    "deepspeed": ("deepspeed", "strategy=deepspeed_*"),
+    "rapidocr_onnxruntime": ("ocr", "ocr=rapidocr"),
+    "pytesseract": ("tesseract", "ocr=tesseract"),
+    "hydra_plugins.hydra_optuna_sweeper": ("sweeps", "hparams_search=…"),
+    "hydra_plugins.hydra_submitit_launcher": ("slurm", "hydra/launcher=slurm"),
+}
+OCR_PACKAGES = {"rapidocr": "rapidocr_onnxruntime", "tesseract": "pytesseract"}
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported, found without importing it (its parent package is imported, if any)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+def needs_package(module: str, key: str) -> None:
+    """Refuse, naming the extra, when the optional part `module` is not installed."""
+    if installed(module):
+        return
+    extra, asked = EXTRAS[module]
+    raise UserError(
+        f"{asked} needs {module.split('.')[-1]}, an optional part a plain install leaves out",
+        f'pip install "crossmod[{extra}]"',
+        key,
+    )
+
+
+def optional_packages(cfg: DictConfig) -> None:
+    """The optional parts the composed job uses are installed: W&B, DeepSpeed, an OCR engine."""
+    if "wandb" in (cfg.get("logger") or {}):
+        needs_package("wandb", "logger")
+    strategy = OmegaConf.select(cfg, "trainer.strategy._target_", default=None) or OmegaConf.select(cfg, "strategy._target_", default="")
+    if "deepspeed" in str(strategy or "").lower():  # the strategy group's configs sit under trainer.strategy
+        needs_package("deepspeed", "strategy")
+    for node in ("", "data.", "eval_data."):
+        ocr = OmegaConf.select(cfg, f"{node}ocr", default=None)
+        engine = ocr if isinstance(ocr, str) else (ocr or {}).get("engine") if isinstance(ocr, DictConfig) else None
+        if engine in OCR_PACKAGES:
+            needs_package(OCR_PACKAGES[engine], f"{node}ocr")
+
+
 def recipe(cfg: DictConfig, program: str, settings: str | None = None, example: str | None = None) -> None:
     """The experiment is one `program` runs: a prompting protocol names its program in `runs_with`, and a
     program reading a settings block (`fewshot`, `zeroshot` …) needs a recipe that has one."""
@@ -273,6 +322,7 @@ def train(cfg: DictConfig) -> None:
     model_folders(cfg)
     resume_checkpoint(cfg)
     accelerator(cfg)
+    optional_packages(cfg)
 
 
 def cross_validate(cfg: DictConfig) -> None:
@@ -284,6 +334,7 @@ def cross_validate(cfg: DictConfig) -> None:
     retrieval_settings(cfg)
     model_folders(cfg)
     accelerator(cfg)
+    optional_packages(cfg)
     if not (isinstance(cfg.num_folds, int) and cfg.num_folds >= 2):
         raise UserError(f"num_folds={cfg.num_folds} leaves nothing to cross-validate", "pass num_folds=k with k ≥ 2", "num_folds")
     if (cfg.get("trainer") or {}).get("fast_dev_run"):  # checked before fold 0 trains: the report needs every fold's files
@@ -316,6 +367,7 @@ def evaluate(cfg: DictConfig) -> None:
             f"ckpt={cfg.ckpt} holds no run (metrics.json), checkpoint or exported culture folder", f"pass ckpt=<{what}>", "ckpt"
         )
     data_folders(cfg, "data")
+    optional_packages(cfg)
 
 
 def predict(cfg: DictConfig) -> None:
@@ -328,6 +380,7 @@ def predict(cfg: DictConfig) -> None:
     )
     if not is_remote(str(cfg.inputs)):
         existing(cfg, "inputs", "a folder of images | a memes .jsonl file | a shard folder")
+    optional_packages(cfg)
 
 
 def export(cfg: DictConfig) -> None:

@@ -21,7 +21,7 @@ def main(cfg: DictConfig) -> None:
 
     from crossmod.data.shards import read_manifest
     from crossmod.lib.bases import base_overrides
-    from crossmod.lib.evaluating import Loaded, evaluate
+    from crossmod.lib.evaluating import Loaded, evaluate, report_folder
     from crossmod.lib.loading import each_model
     from crossmod.lib.scored_splits import run_facts, scored_splits
     from crossmod.lib.scoring import score, scoring_trainer
@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> None:
     datamodule.prepare_data()
     scored = scored_splits(facts, cfg.split, datamodule.dataset_dir, datamodule.folds.test_splits)
     dataset = read_manifest(datamodule.dataset_dir)["dataset"]
-    out = Path(cfg.out) if cfg.out else (ckpt.parent if ckpt.is_file() else ckpt) / f"report-{dataset}-{cfg.split}"
+    out = report_folder(cfg.out, ckpt, dataset, cfg.split, Path(cfg.paths.root_dir))  # never inside an export
     models = [(name, mapped_to(dict(datamodule.heads), cfg.head, dataset, load)) for name, load in models]
 
     def scorer(model, records, batch_size, threshold):

@@ -1,0 +1,41 @@
+"""The figures a person opens in a run folder: the test memes' ROC curve per head and the culture alignment heatmap
+(each head's scores against every culture's labels), drawn from the run's own `predictions/test.csv` after training.
+
+They were W&B media only; now every run has them as PNG beside metrics.json, whatever the logger. Each is rendered in
+memory and written through the one writer (`write_file`: atomic, never through a link planted in the run folder).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from crossmod.data.cache_files import write_file
+
+FIGURES = ("roc_test.png", "alignment_test.png")
+
+
+def write_run_figures(run_dir: Path, label: str) -> list[Path]:
+    """The run's figures from its test predictions (none without a test stage or a binary head); the paths written."""
+    from crossmod.evaluation.alignment import alignment_matrix, read_predictions
+    from crossmod.evaluation.plots import alignment_heatmap, roc_figure
+    from crossmod.evaluation.predictions import labelled_pairs
+
+    predictions = run_dir / "predictions" / "test.csv"
+    if not predictions.is_file():
+        return []
+    probs, labels = read_predictions(predictions)
+    pairs = labelled_pairs(probs, labels)
+    written = []
+    if pairs:
+        written.append(_png(lambda buffer: roc_figure(pairs, buffer, f"{label}: test ROC per head"), run_dir / FIGURES[0]))
+    matrix = alignment_matrix(probs, labels) if probs and labels else {}
+    if any(value == value for row in matrix.values() for value in row.values()):  # some AUROC defined (NaN != NaN)
+        written.append(_png(lambda buffer: alignment_heatmap(matrix, buffer, f"{label}: test AUROC, head × culture labels"), run_dir / FIGURES[1]))
+    return written
+
+
+def _png(draw, target: Path) -> Path:
+    buffer = io.BytesIO()
+    draw(buffer)
+    return write_file(target, buffer.getvalue(), "a run figure", user_folder=True)
