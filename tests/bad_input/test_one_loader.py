@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -52,3 +53,52 @@ def test_what_holds_no_model_is_refused_by_name(tmp_path, leaky_run):
         load(tmp_path / "missing")
     with pytest.raises(NothingToLoad, match="not an exported culture folder"):  # predict and retrieval-db take exports only
         load(leaky_run, expect="culture")
+
+
+def _run_copy(leaky_run, tmp_path):
+    """A shared run folder: the run's files, its checkpoints included, in a folder of someone else's making."""
+    return shutil.copytree(leaky_run, tmp_path / "shared" / "run", ignore=shutil.ignore_patterns("wandb"), symlinks=True)
+
+
+def _point_best_at(run, pointer):
+    metrics = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**metrics, "best_checkpoint": str(pointer)}))
+
+
+@pytest.mark.parametrize("pointer", ["absolute", "relative_up", "inside_then_up", "link"])
+def test_a_runs_own_pointer_out_of_the_run_is_refused_before_the_outside_file_is_opened(leaky_run, tmp_path, pointer):
+    """metrics.json names a checkpoint elsewhere on the machine (an absolute path, `../`, a path that enters the run
+    and leaves it), or the run's checkpoint is a symlink out: load(run) refuses by name, never loads the outside one."""
+    run = _run_copy(leaky_run, tmp_path)
+    best = Path(json.loads((leaky_run / "metrics.json").read_text())["best_checkpoint"])
+    private = tmp_path / "private" / "weights.ckpt"
+    private.parent.mkdir()
+    shutil.copy(best, private)
+    own = run / "checkpoints" / best.name
+    pointers = {
+        "absolute": private,
+        "relative_up": f"../../private/{private.name}",
+        "inside_then_up": run / "checkpoints" / ".." / ".." / ".." / "private" / private.name,
+    }
+    if pointer == "link":
+        own.unlink()
+        own.symlink_to(private)
+        _point_best_at(run, own)
+    else:
+        _point_best_at(run, pointers[pointer])
+    opened = []
+    original = torch.load
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch, "load", lambda f, *a, **k: opened.append(str(f)) or original(f, *a, **k))
+        with pytest.raises(NothingToLoad, match=r"outside the run folder|outside .*crossmod reads files inside it only"):
+            load(run)
+    assert not any("private" in path for path in opened), opened
+
+
+def test_a_moved_run_loads_its_own_checkpoints_by_their_recorded_names(leaky_run, tmp_path):
+    """A run copied to another machine records the old machine's absolute paths: they are read within the run."""
+    run = _run_copy(leaky_run, tmp_path)
+    scored, _ = load(leaky_run)
+    moved, info = load(run)
+    assert Path(info["checkpoint"]).parent == (run / "checkpoints").absolute()
+    assert all(torch.equal(a, b) for a, b in zip(_heads(scored).values(), _heads(moved).values()))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from crossmod.data.paths import OutsideRoot, ensure_within
 from crossmod.lib.artifacts import (
     REEXPORT,
     ExportError,
@@ -145,7 +147,7 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
     named = {"best": metrics["best_checkpoint"], "last": run_dir / "checkpoints" / "last.ckpt"}
     if not named["best"] and (metrics.get("selection") or {}).get("weights") == "final":
         named["best"] = named["last"]  # no selection (cv.selection=last, or a NaN monitor): the run scored its final weights
-    path = Path(named.get(checkpoint) or checkpoint)
+    path = _inside_run(run_dir, named.get(checkpoint) or checkpoint, checkpoint)
     if is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
         check_trusted(config.get("model"), run_dir / "config.yaml", root=MODEL_ROOT)
         model = instantiate(config["model"], _recursive_=False)
@@ -157,6 +159,32 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
     else:
         raise FileNotFoundError(f"{path} does not exist (checkpoint={checkpoint} of run {run_dir})")
     return model.eval(), {"config": config, "metrics": metrics, "checkpoint": str(path)}
+
+
+def _inside_run(run_dir: Path, pointer: str | Path, checkpoint: str) -> Path:
+    """The checkpoint a run's own record (metrics.json's best checkpoint) or a given path names, inside the run folder.
+
+    A run folder may come from someone else, so what it points to is data: a recorded path is read within the run (a
+    path relative to the run, or the training machine's absolute path of one of its `checkpoints/`, which moved with
+    it), and whatever it names, symlinks followed, must lie inside the run. Anything else is refused by name, never
+    opened: an outside checkpoint would be scored, and exported, as this run's weights."""
+    recorded = Path(pointer)
+    where = f"checkpoint={checkpoint} of run {run_dir}"
+    if not recorded.is_absolute():
+        path = run_dir / recorded if not recorded.is_relative_to(run_dir) else recorded
+    elif recorded.absolute().is_relative_to(run_dir.absolute()):
+        path = recorded
+    elif recorded.parent.name == "checkpoints":  # the run was moved: its checkpoints moved with it
+        path = run_dir / "checkpoints" / recorded.name
+    else:
+        raise NothingToLoad(f"{where}: {recorded} lies outside the run folder; crossmod loads a run's checkpoints from inside it only")
+    path = Path(os.path.normpath(path.absolute()))  # `..` resolved by name: the path checked is the path opened
+    if not path.is_relative_to(os.path.normpath(run_dir.absolute())):
+        raise NothingToLoad(f"{where}: {pointer} leads outside the run folder; crossmod loads a run's checkpoints from inside it only")
+    try:
+        return ensure_within(run_dir, path, "checkpoint", str(pointer))
+    except OutsideRoot as error:
+        raise NothingToLoad(f"{where}: {error}") from None
 
 
 def _given_bases(config: dict[str, Any], run_dir: Path, bases: Mapping[str, str | None] | None, command: str) -> dict[str, Any]:

@@ -26,7 +26,9 @@ def main(cfg: DictConfig) -> None:
     from crossmod.lib.scored_splits import run_facts, scored_splits
     from crossmod.lib.scoring import score, scoring_trainer
     from crossmod.models.sharding import is_zero3
+    from crossmod.lib.console import configure_console
 
+    configure_console()  # before the first from_pretrained: no "Loading weights" bar over crossmod's own lines
     OmegaConf.resolve(cfg)
     ckpt = Path(cfg.ckpt)
     facts = run_facts(ckpt)

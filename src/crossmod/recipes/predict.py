@@ -37,7 +37,9 @@ def main(cfg: DictConfig) -> None:
     from crossmod.lib.loading import load
     from crossmod.lib.predicting import read_captions, read_inputs, write_predictions
     from crossmod.lib.scoring import score, scoring_trainer
+    from crossmod.lib.console import configure_console
 
+    configure_console()  # before the first from_pretrained: no "Loading weights" bar over crossmod's own lines
     try:
         inputs = read_inputs(str(cfg.inputs), cfg.splits, on_error=cfg.on_error, max_image_bytes=cfg.max_image_bytes)
     except (ValueError, FileNotFoundError) as error:  # InputError, a manifest naming files outside its folder …
