@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from crossmod.data.cache_files import write_file  # noqa: E402
 from crossmod.evaluation.annotation_stats import AnnotationReport, annotation_report  # noqa: E402
 
 REPORT_JSON, REPORT_MD, HISTOGRAM = "dataset_report.json", "dataset_report.md", "dataset_report_random_groups.png"
@@ -28,8 +30,9 @@ def write_dataset_report(report: AnnotationReport, out_dir: str | Path, dataset:
         edges = agreement_bins(report.random_agreements, report.summary["random_groups"]["memes"])
         counts, _ = np.histogram(report.random_agreements, bins=edges)
         data["random_groups"] = {**data["random_groups"], "histogram": {"counts": counts.tolist(), "edges": edges.tolist()}}
-    (out / REPORT_JSON).write_text(json.dumps(data, indent=1, ensure_ascii=False))
-    (out / REPORT_MD).write_text(report_markdown(report.summary, dataset, HISTOGRAM if written else None))
+    # through the one writer: a link planted in the report folder is replaced, never written through
+    write_file(out / REPORT_JSON, json.dumps(data, indent=1, ensure_ascii=False).encode(), "dataset report", user_folder=True)
+    write_file(out / REPORT_MD, report_markdown(report.summary, dataset, HISTOGRAM if written else None).encode(), "dataset report", user_folder=True)
     return [out / REPORT_JSON, out / REPORT_MD, *written]
 
 
@@ -63,9 +66,10 @@ def random_groups_histogram(report: AnnotationReport, path: Path, dataset: str) 
     ax.set(xlabel="agreement of majority labels (share of memes)", ylabel="repetitions", title=f"{dataset}: culture pairs vs random groups")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=120, format="png")
     plt.close(fig)
-    return path
+    return write_file(path, buffer.getvalue(), "dataset report figure", user_folder=True)
 
 
 def report_markdown(summary: dict[str, Any], dataset: str, histogram: str | None) -> str:

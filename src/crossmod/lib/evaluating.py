@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from crossmod.data.cache_files import write_file
 from crossmod.data.heads import Head
 from crossmod.evaluation.alignment import marker_test, markers, mean_alignment
 from crossmod.evaluation.functional import functionality_bars
@@ -15,6 +16,7 @@ from crossmod.evaluation.plots import alignment_heatmap, roc_figure
 from crossmod.evaluation.predictions import labelled_pairs
 from crossmod.evaluation.run_report import functionality_figure, score_run, summary_markdown
 from crossmod.lib.predicting import write_predictions
+from crossmod.lib.run_figures import write_png
 from crossmod.lib.scored_splits import ScoredSplit
 
 
@@ -136,12 +138,14 @@ def evaluate(
         if head_rule:  # a mapped head (evaluate.py head=, transfer.head): which trained head answered, and why
             report["runs"][name]["head"] = head_rule
         if "mhc" in scores.sections:
-            functionality_bars(scores.sections["mhc"], out / functionality_figure(name))
+            section = scores.sections["mhc"]
+            write_png(lambda buffer: functionality_bars(section, buffer), out / functionality_figure(name))
         if scores.alignment and name == models[0][0]:
             roc = labelled_pairs(scores.probs, scores.labels)
             if roc:
-                roc_figure(roc, out / "roc.png", f"{dataset}: ROC per head")
-            alignment_heatmap(scores.alignment, out / "alignment.png", f"{dataset}: culture alignment")
+                write_png(lambda buffer: roc_figure(roc, buffer, f"{dataset}: ROC per head"), out / "roc.png")
+            alignment = scores.alignment
+            write_png(lambda buffer: alignment_heatmap(alignment, buffer, f"{dataset}: culture alignment"), out / "alignment.png")
     if not writer:
         return report
     if any(matrices):
@@ -151,7 +155,8 @@ def evaluate(
             "runs": len(matrices),
             **marker_test(matrices),  # the test's name, alpha, and a note when too few runs allow no marker
         }
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=float))
+    # every file through the one writer: a link planted in the report folder is replaced, never written through
+    write_file(out / "report.json", json.dumps(report, indent=1, default=float).encode(), "report", user_folder=True)
     figures = [figure for figure in ("alignment.png", "roc.png") if (out / figure).is_file()]
-    (out / "summary.md").write_text(summary_markdown(report, figures))
+    write_file(out / "summary.md", summary_markdown(report, figures).encode(), "report", user_folder=True)
     return report

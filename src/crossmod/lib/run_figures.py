@@ -8,6 +8,7 @@ memory and written through the one writer (`write_file`: atomic, never through a
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 from crossmod.data.cache_files import write_file
@@ -28,14 +29,15 @@ def write_run_figures(run_dir: Path, label: str) -> list[Path]:
     pairs = labelled_pairs(probs, labels)
     written = []
     if pairs:
-        written.append(_png(lambda buffer: roc_figure(pairs, buffer, f"{label}: test ROC per head"), run_dir / FIGURES[0]))
+        written.append(write_png(lambda buffer: roc_figure(pairs, buffer, f"{label}: test ROC per head"), run_dir / FIGURES[0]))
     matrix = alignment_matrix(probs, labels) if probs and labels else {}
     if any(value == value for row in matrix.values() for value in row.values()):  # some AUROC defined (NaN != NaN)
-        written.append(_png(lambda buffer: alignment_heatmap(matrix, buffer, f"{label}: test AUROC, head × culture labels"), run_dir / FIGURES[1]))
+        written.append(write_png(lambda buffer: alignment_heatmap(matrix, buffer, f"{label}: test AUROC, head × culture labels"), run_dir / FIGURES[1]))
     return written
 
 
-def _png(draw, target: Path) -> Path:
+def write_png(draw: Callable[[io.BytesIO], object], target: Path) -> Path:
+    """A figure drawn into memory, then written as the whole of `target` (a planted link there is replaced, not followed)."""
     buffer = io.BytesIO()
     draw(buffer)
-    return write_file(target, buffer.getvalue(), "a run figure", user_folder=True)
+    return write_file(target, buffer.getvalue(), "a figure", user_folder=True)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from crossmod.data.cache_files import write_file
 from crossmod.data.remote import is_remote
 from crossmod.data.shards import read_manifest, write_json_atomic
 from crossmod.evaluation.summary import json_safe
@@ -17,7 +17,7 @@ from crossmod.lib.redaction import redact  # the one rule for secret-looking key
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
     plain = redact(OmegaConf.to_container(cfg, resolve=True))
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(plain)))
+    write_file(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(plain)).encode(), "run config", user_folder=True)
 
 
 def copy_manifest(dataset_dir: Path | str, run_dir: Path) -> None:
@@ -25,7 +25,7 @@ def copy_manifest(dataset_dir: Path | str, run_dir: Path) -> None:
     if is_remote(dataset_dir):
         write_json_atomic(run_dir / "manifest.json", read_manifest(dataset_dir))
     else:
-        shutil.copyfile(Path(dataset_dir) / "manifest.json", run_dir / "manifest.json")
+        write_file(run_dir / "manifest.json", (Path(dataset_dir) / "manifest.json").read_bytes(), "manifest copy", user_folder=True)
 
 
 def nest(flat: dict[str, Any], stage: str) -> dict[str, dict[str, float]]:

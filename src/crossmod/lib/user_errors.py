@@ -228,6 +228,29 @@ def remove_created() -> None:
         folder = folder.parent
 
 
+RUN_SUBFOLDERS = (".hydra", "checkpoints", "predictions", "csv")  # what a run folder holds that crossmod writes into
+
+
+def planted_links(run_dir: Path) -> None:
+    """Refuse a run folder that holds a symlink where crossmod writes (its own files, `.hydra/`, `checkpoints/` …).
+
+    A run folder crossmod made holds no link; one planted there would have Hydra's job log, config.yaml or a
+    checkpoint written through it, onto whatever file it points to, when the run is resumed."""
+    if not run_dir.is_dir():
+        return
+    for folder in [run_dir, *(run_dir / name for name in RUN_SUBFOLDERS)]:
+        if folder != run_dir and folder.is_symlink():
+            raise UserError(f"{folder} is a symlink (to {folder.resolve()})", "remove it: crossmod writes a run's files inside the run only")
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            if entry.is_symlink():
+                raise UserError(
+                    f"{entry} is a symlink (to {entry.resolve()}); a resumed run would write through it",
+                    "remove the link: crossmod writes a run's files inside the run only",
+                )
+
+
 class CheckFirst(Callback):
     """Hydra callback (configs/hydra/default.yaml): runs the entry point's check in `on_run_start`, before
     Hydra creates the run directory; notes which directories a run or sweep creates, so a job refused
@@ -242,6 +265,15 @@ class CheckFirst(Callback):
                 refuse(error, reraise=False)  # before Hydra creates the run directory
             _State.checked = True
         _State.created = self._would_create(config, "hydra.run.dir")
+        if _State.created is None:  # the run folder exists (a resumed run): nothing is written through a planted link
+            try:
+                run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir")))
+            except Exception:  # a directory setting that does not resolve: Hydra reports it itself
+                return
+            try:
+                planted_links(run_dir)
+            except UserError as error:
+                refuse(error, reraise=False)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _State.job_name = config.hydra.job.name

@@ -23,7 +23,10 @@ def main(cfg: DictConfig) -> None:
     summary = summarise(runs)
     if not summary:
         raise UserError(f"runs={runs}: no runs (metrics.json) under it", "pass runs=<the multirun folder>", "runs")
-    (runs / "seed_summary.json").write_text(json.dumps(summary, indent=1))
+    from crossmod.data.cache_files import write_file
+
+    # through the one writer: a link planted in the runs folder is replaced, never written through
+    write_file(runs / "seed_summary.json", json.dumps(summary, indent=1).encode(), "seed summary", user_folder=True)
     for name, result in summary.items():
         print(f"{name} (seeds {result['seeds']})")
         for key in ("val/mean/auroc", "test/mean/auroc", "test/mean/acc"):
