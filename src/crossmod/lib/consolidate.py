@@ -191,6 +191,20 @@ def consolidate(checkpoint_dir: str | Path, output: str | Path) -> dict[str, obj
     return summary
 
 
+REFIX = "consolidate the run's checkpoint again (crossmod consolidate checkpoint=<checkpoint dir> output=<file>), or load the run folder"
+
+
+class WeightsMismatch(UserError, KeyError):
+    """Weights that are not the model's: a key it does not have, or a trained weight the file lacks."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
+
+
+def _some(names: list[str]) -> str:
+    return f"{names[:5]}{' …' if len(names) > 5 else ''}"
+
+
 def restore_weights(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Copy `state` into `module`, gathering ZeRO-3 partitions (collective: every rank calls this).
 
@@ -202,7 +216,16 @@ def restore_weights(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
     params = dict(module.named_parameters())
     unknown = sorted(set(state) - set(params))
     if unknown:
-        raise KeyError(f"checkpoint weights not in the model: {unknown[:5]}{' …' if len(unknown) > 5 else ''}")
+        raise WeightsMismatch(f"checkpoint weights not in the model: {_some(unknown)}", REFIX)
+    # what the format may leave out is the frozen base (exclude_frozen_parameters); a trained weight it lacks would be
+    # scored at its random initial value under the run's name
+    missing = sorted(name for name, param in params.items() if param.requires_grad and name not in state)
+    if missing:
+        raise WeightsMismatch(
+            f"the checkpoint lacks {len(missing)} of the model's {sum(p.requires_grad for p in params.values())} trained "
+            f"weights: {_some(missing)} (only a frozen base may be left out)",
+            REFIX,
+        )
     for name, value in state.items():
         param = params[name]
         with gathered([param], modifier_rank=0), torch.no_grad():
