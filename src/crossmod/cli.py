@@ -8,6 +8,7 @@ is `python train.py experiment=… fold=0` in a checkout), with `crossmod <job>`
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -147,6 +148,9 @@ def run_job(name: str, args: list[str]) -> object:
     A Hydra job runs as if started with `python -m <its module>`: the processes it starts for itself (Lightning's DDP
     ranks, which rerun `python -m <__main__'s module> <argv>`; spawned workers, which import `__main__` by its module
     name) then start the job itself, not the command line's dispatcher, which would miss the job's name."""
+    # the processes a job starts (cross-validation folds, Lightning's DDP ranks: `python -m …`) never put their working
+    # directory first on sys.path, where a planted `crossmod/` or `hydra_plugins/` package would run in their place
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
     module = importlib.import_module(JOBS[name].module)
     sys.modules["__main__"].__spec__ = module.__spec__
     sys.argv = [str(module.__file__), *args]

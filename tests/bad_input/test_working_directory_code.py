@@ -30,3 +30,35 @@ def test_a_tool_run_from_a_folder_of_planted_packages_runs_none_of_them(planted,
     done = subprocess.run([sys.executable, *command], cwd=planted, capture_output=True, text=True, timeout=scaled(300))
     assert done.returncode == 0, done.stderr[-3000:]
     assert not (planted / "RAN").exists(), f"ran the working directory's {(planted / 'RAN').read_text().split()}"
+
+
+@pytest.fixture
+def planted_crossmod(tmp_path):
+    """A working directory with a planted `crossmod/` and a planted Hydra plugin, each recording that it ran."""
+    marker = tmp_path / "RAN"
+    (tmp_path / "crossmod").mkdir()
+    (tmp_path / "crossmod" / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('crossmod\\n')\n")
+    (tmp_path / "hydra_plugins" / "planted").mkdir(parents=True)
+    (tmp_path / "hydra_plugins" / "planted" / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('plugin\\n')\n")
+    return tmp_path
+
+
+def test_the_processes_a_job_starts_do_not_run_what_the_working_directory_plants(planted_crossmod, monkeypatch):
+    """Fold processes and DDP ranks run `python -m crossmod…`: a job sets PYTHONSAFEPATH for them, so Python does not
+    put their working directory first on sys.path (without it, the planted package runs in their place)."""
+    from crossmod import cli
+
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)  # restored (absent) after the test: later commands fork as before
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # run_job sets the job's own command line
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", sys.modules["__main__"].__spec__)
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: type("Job", (), {"__spec__": None, "__file__": name, "main": staticmethod(lambda: 0)}))
+    cli.run_job("cv", [])
+    child = {**__import__("os").environ}
+    assert child["PYTHONSAFEPATH"] == "1"
+    command = [sys.executable, "-m", "crossmod.recipes.cv_report", "--help"]
+    done = subprocess.run(command, cwd=planted_crossmod, env=child, capture_output=True, text=True, timeout=scaled(300))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (planted_crossmod / "RAN").exists(), (planted_crossmod / "RAN").read_text()
+    unsafe = {k: v for k, v in child.items() if k != "PYTHONSAFEPATH"}
+    subprocess.run(command, cwd=planted_crossmod, env=unsafe, capture_output=True, text=True, timeout=scaled(300))
+    assert "crossmod" in (planted_crossmod / "RAN").read_text()  # the attack this stops is real
