@@ -261,3 +261,14 @@ def test_a_module_is_installed_when_found_and_not_when_it_or_its_parent_is_missi
 
     assert installed("hydra") and installed("hydra_plugins.hydra_optuna_sweeper")
     assert not installed("crossmod_no_such_module") and not installed("crossmod_no_such_module.sub")
+
+
+def test_export_refuses_an_unknown_culture_from_the_runs_config_before_loading_it(tmp_path):
+    """The run's config.yaml names its heads: a culture it lacks is refused before the model (minutes for a VLM) loads.
+    This run has no checkpoint at all, so a refusal after loading would name the missing weights instead."""
+    run = tmp_path / "shared" / "r"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text("{}")
+    (run / "config.yaml").write_text("data:\n  heads:\n    US: {kind: binary}\n    DE: {kind: binary}\n")
+    result = _run(tmp_path, "export.py", f"run={run}", "culture=XX", paths=False)
+    _refused(result, tmp_path, "culture 'XX' is not a head of this run (heads: ['US', 'DE'])", "pass culture=<one of")

@@ -142,15 +142,26 @@ def copy_config(name: str, destination: str) -> tuple[Path, str]:
     return target, use
 
 
+def children_import_as_this_process() -> None:
+    """The processes a job starts (cross-validation folds, Lightning's DDP ranks: `python -m …`) import what this one
+    does: Python would put their working directory first on sys.path, where a planted `crossmod/` or `hydra_plugins/`
+    package would run in their place. They get PYTHONSAFEPATH instead, and this process's own first entry (the folder
+    of `train.py` in a checkout, so a checkout's own modules still import in every rank)."""
+    if "PYTHONSAFEPATH" in os.environ:
+        return
+    os.environ["PYTHONSAFEPATH"] = "1"
+    first = sys.path[0] if sys.path and sys.path[0] else None
+    if first:
+        os.environ["PYTHONPATH"] = os.pathsep.join([first, *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])
+
+
 def run_job(name: str, args: list[str]) -> object:
     """Import the chosen job only now and run its main with the remaining arguments as its command line.
 
     A Hydra job runs as if started with `python -m <its module>`: the processes it starts for itself (Lightning's DDP
     ranks, which rerun `python -m <__main__'s module> <argv>`; spawned workers, which import `__main__` by its module
     name) then start the job itself, not the command line's dispatcher, which would miss the job's name."""
-    # the processes a job starts (cross-validation folds, Lightning's DDP ranks: `python -m …`) never put their working
-    # directory first on sys.path, where a planted `crossmod/` or `hydra_plugins/` package would run in their place
-    os.environ.setdefault("PYTHONSAFEPATH", "1")
+    children_import_as_this_process()
     module = importlib.import_module(JOBS[name].module)
     sys.modules["__main__"].__spec__ = module.__spec__
     sys.argv = [str(module.__file__), *args]

@@ -4,6 +4,7 @@ the working directory, which `python -m training.cv_report` used to run)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -49,12 +50,17 @@ def test_the_processes_a_job_starts_do_not_run_what_the_working_directory_plants
     from crossmod import cli
 
     monkeypatch.delenv("PYTHONSAFEPATH", raising=False)  # restored (absent) after the test: later commands fork as before
+    for name in ("PYTHONPATH",):  # restored to what it was after the test
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # run_job sets the job's own command line
     monkeypatch.setattr(sys.modules["__main__"], "__spec__", sys.modules["__main__"].__spec__)
     monkeypatch.setattr(cli.importlib, "import_module", lambda name: type("Job", (), {"__spec__": None, "__file__": name, "main": staticmethod(lambda: 0)}))
     cli.run_job("cv", [])
-    child = {**__import__("os").environ}
-    assert child["PYTHONSAFEPATH"] == "1"
+    child = {**os.environ}
+    assert child["PYTHONSAFEPATH"] == "1" and child["PYTHONPATH"].split(os.pathsep)[0] == sys.path[0]
     command = [sys.executable, "-m", "crossmod.recipes.cv_report", "--help"]
     done = subprocess.run(command, cwd=planted_crossmod, env=child, capture_output=True, text=True, timeout=scaled(300))
     assert done.returncode == 0, done.stderr[-2000:]

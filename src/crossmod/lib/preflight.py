@@ -389,6 +389,23 @@ def export(cfg: DictConfig) -> None:
     existing(cfg, "run", "a run directory: <paths.log_dir>/<name>/runs/<id>", "metrics.json")
     if cfg.get("kind", "head") not in ("head", "retrieval"):
         raise UserError(f"kind={cfg.kind} is not one of [head, retrieval]", "pass kind=head (the culture's head) or kind=retrieval", "kind")
+    if cfg.get("culture"):  # against the run's own heads, before its model is loaded (minutes for a VLM)
+        heads = _run_heads(Path(str(cfg.run)))
+        if heads is not None and str(cfg.culture) not in heads:
+            raise UserError(
+                f"culture {cfg.culture!r} is not a head of this run (heads: {heads})",
+                f"pass culture=<one of {heads}>, or leave it out to export every head",
+                "culture",
+            )
+
+
+def _run_heads(run_dir: Path) -> list[str] | None:
+    """The heads a run trained, from its config.yaml (None when it does not say: the loaded model decides)."""
+    try:
+        heads = OmegaConf.select(OmegaConf.load(run_dir / "config.yaml"), "data.heads")
+    except Exception:  # an unreadable config is the loader's to refuse, by name
+        return None
+    return [str(name) for name in heads] if isinstance(heads, DictConfig) else None
 
 
 def reads(**whats: str) -> Check:
