@@ -50,18 +50,23 @@ def test_secret_overrides_reach_no_file_of_the_run(leaky_run, exported_culture):
 
 
 def test_a_sweep_leaves_no_secret_in_multirun_yaml_or_its_jobs(train_run):
-    secret = "sweep-5ecret-0e6d52"
-    train_run(
+    """A secret swept over (`choice(…)`): each job's chosen value on the launcher's line, the sweep's own dirname in
+    multirun.yaml, and every job's files."""
+    secrets = ["sweep-5ecret-0e6d52", "sweep-5ecret-7a1f09"]
+    result = train_run(
         "-m",
         "debug=fdr",
         "data.source.num_groups=40",
         "data.samples_per_shard=64",
-        f"+hub_token={secret}",
+        "print_table=false",
+        f"+hub_token=choice({','.join(secrets)})",
         env={"CROSSMOD_RUN_ID": "sweep"},
     )
     sweep = train_run.log_dir / "synthetic_concat" / "multiruns" / "sweep"
-    assert (sweep / "multirun.yaml").is_file() and list(sweep.glob("*/.hydra/overrides.yaml"))
-    assert files_holding_secrets(sweep, [secret]) == {}
+    assert (sweep / "multirun.yaml").is_file() and len(list(sweep.glob("*/.hydra/overrides.yaml"))) == 2
+    assert files_holding_secrets(sweep, secrets) == {}
+    assert not any(secret in result.stdout + result.stderr for secret in secrets)
+    assert "#1 : " in result.stdout + result.stderr  # the launcher's line for the second job was printed, redacted
     assert "+hub_token=***" in (sweep / "multirun.yaml").read_text()
 
 

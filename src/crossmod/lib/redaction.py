@@ -63,8 +63,9 @@ URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]+@
 QUERY_PARAMETER = re.compile(r"(?P<lead>[?&])(?P<name>[^=&#\s]+)=(?P<value>[^&#\s]*)")
 # a value stops at a brace, so the keys of a nested mapping (`{init: {settings: {x-api-key: S}}}`) are each looked at
 MAPPING_ENTRY = re.compile(r"""(?P<name>[\w.-]+)(?P<sep>\s*:\s*)(?P<value>'[^']*'|"[^"]*"|[^,\]{}]+)""")
-# `KEY=value` inside a string: a list item (`env_vars=["WANDB_API_KEY=S"]`), a shell line (`export WANDB_API_KEY=S`)
-ASSIGNMENT = re.compile(r"""(?P<lead>^|[\s\["',{;])(?P<name>[A-Za-z_][\w.-]*)=(?P<value>[^\s,;&'"\]}]+)""")
+# `KEY=value` inside a string: a list item (`env_vars=["WANDB_API_KEY=S"]`), a shell line (`export WANDB_API_KEY=S`), an
+# override a launcher prints for a sweep's job (`#0 : +HF_TOKEN=S`, the value chosen from `choice(…)`)
+ASSIGNMENT = re.compile(r"""(?P<lead>^|[\s\["',{;+~])(?P<name>[A-Za-z_][\w.-]*)=(?P<value>[^\s,;&'"\]}]+)""")
 # `user:secret@host` without a scheme (scp, rsync, git remotes)
 BARE_CREDENTIALS = re.compile(
     r"(?<![\w/:@.-])(?P<user>[A-Za-z0-9._-]+):(?P<secret>[^\s@/:'\"]+)@(?P<host>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)"
@@ -160,7 +161,7 @@ def _replace(container: Any, replacements: dict[str, str]) -> Any:
 def redact_yaml(path: Path, replacements: dict[str, str] | None = None) -> bool:
     """Redact a YAML file Hydra wrote, in place (atomically); False when it held no secret."""
     plain = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    redacted = _replace(redact(plain), replacements or {})
+    redacted = redact(_replace(plain, replacements or {}))  # whole overrides first: the generic rules cut them up
     if redacted == plain:
         return False
     write_file(path, OmegaConf.to_yaml(OmegaConf.create(redacted)).encode(), "run file", user_folder=True)
