@@ -76,6 +76,12 @@ def test_ls_lists_every_shipped_experiment_with_its_one_line():
     assert not any(line.startswith(("python ", "crossmod ", "@package")) for line in described.values())
 
 
+@pytest.mark.parametrize("group", ["..", "../..", "/etc", ".", "experiment/../.."])
+def test_ls_names_only_config_groups(group):
+    with pytest.raises(SystemExit, match=r"crossmod ls: no config group"):
+        cli.options(group)
+
+
 def _probe(*argv: str) -> subprocess.CompletedProcess:
     """`crossmod <argv>` in a process that then prints which heavy libraries it imported."""
     code = (

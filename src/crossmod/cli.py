@@ -79,7 +79,8 @@ def usage() -> str:
 def options(group: str) -> list[str]:
     """A config group's option names (`experiment/qwen_lora_cv.yaml` → `qwen_lora_cv`), nested groups as `a/b`."""
     folder = configs_dir() / GROUPS.get(group, group)
-    if not folder.is_dir():
+    inside = folder.resolve().is_relative_to(configs_dir()) and folder.resolve() != configs_dir()
+    if not inside or not folder.is_dir():  # `..`, an absolute path or the tree's root is no config group
         raise SystemExit(f"crossmod ls: no config group {group!r}; groups: {', '.join(GROUPS)}")
     return sorted(str(path.relative_to(folder).with_suffix("")) for path in folder.rglob("*.yaml"))
 

@@ -102,3 +102,19 @@ def test_a_moved_run_loads_its_own_checkpoints_by_their_recorded_names(leaky_run
     moved, info = load(run)
     assert Path(info["checkpoint"]).parent == (run / "checkpoints").absolute()
     assert all(torch.equal(a, b) for a, b in zip(_heads(scored).values(), _heads(moved).values()))
+
+
+BOMB = "".join(f"{a}: &{a} [{', '.join([f'*{p}'] * 9) if p else ', '.join(['x'] * 9)}]\n" for p, a in zip(" abcdefgh", "abcdefghi"))
+
+
+def test_a_yaml_bomb_in_a_runs_config_is_refused_by_name_not_expanded(leaky_run, tmp_path):
+    """Nine lines of anchors expand to 9^9 strings; crossmod writes no anchors, so a config holding one is refused."""
+    from crossmod.lib.runs import RunConfigError
+
+    run = _run_copy(leaky_run, tmp_path)
+    (run / "config.yaml").write_text(BOMB + (leaky_run / "config.yaml").read_text())
+    with pytest.raises(RunConfigError, match=r"config.yaml: holds YAML anchors or aliases"):
+        load(run)
+    (run / "config.yaml").write_bytes(b"a: b\n" * (2 << 20))
+    with pytest.raises(RunConfigError, match=r"bytes, more than a run's config"):
+        load(run)

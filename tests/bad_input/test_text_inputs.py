@@ -96,6 +96,15 @@ def test_mhc_stray_quote_is_reported_with_its_line_span_and_the_rows_after_it_ar
     assert len(manifest["skipped"]) == 1
 
 
+def test_mhc_nul_in_a_text_is_a_per_input_error(tmp_path, record_property):
+    """A NUL inside a test case is no caption: the row is named with its field, counted, and the others are kept."""
+    raw = _mhc(tmp_path / "raw", {5: "I hate\0 them"})
+    refused_then_counted(
+        "mhc", raw, tmp_path / "out", record_property, file="hatecheck_cases_final_dutch.csv", line=6,
+        reason="field 'test_case' holds a NUL character at character 7", inputs=8, written=7,
+    )  # fmt: skip
+
+
 def test_mhc_quote_left_open_at_the_end_is_reported_as_unclosed(tmp_path, record_property):
     raw = _mhc(tmp_path / "raw", {8: '"never closed'})
     refused_then_counted(

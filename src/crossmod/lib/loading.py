@@ -34,6 +34,7 @@ from crossmod.lib.artifacts import (
 )
 from crossmod.lib.bases import BaseModelError, missing_local_bases, override_keys, resolve_bases, with_bases
 from crossmod.lib.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
+from crossmod.lib.runs import read_config
 from crossmod.lib.user_errors import UserError, error_chain
 from crossmod.models.module import MemeClassifier
 from crossmod.models.trusted_targets import MODEL_ROOT, check_trusted
@@ -141,7 +142,7 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
     `bases`: the user's overrides (`{"text.name_or_path": <local copy>}`) for a base the run read from a folder this
     machine holds elsewhere; a base folder that is gone without one is named with `command`'s override.
     """
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    config = OmegaConf.to_container(read_config(run_dir / "config.yaml"))
     changed = _given_bases(config, run_dir, bases, command or f"python export.py run={run_dir}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     named = {"best": metrics["best_checkpoint"], "last": run_dir / "checkpoints" / "last.ckpt"}

@@ -401,8 +401,12 @@ def export(cfg: DictConfig) -> None:
 
 def _run_heads(run_dir: Path) -> list[str] | None:
     """The heads a run trained, from its config.yaml (None when it does not say: the loaded model decides)."""
+    from crossmod.lib.runs import RunConfigError, read_config
+
     try:
-        heads = OmegaConf.select(OmegaConf.load(run_dir / "config.yaml"), "data.heads")
+        heads = OmegaConf.select(read_config(run_dir / "config.yaml"), "data.heads")
+    except RunConfigError:
+        raise
     except Exception:  # an unreadable config is the loader's to refuse, by name
         return None
     return [str(name) for name in heads] if isinstance(heads, DictConfig) else None

@@ -12,7 +12,37 @@ from crossmod.data.cache_files import write_file
 from crossmod.data.remote import is_remote
 from crossmod.data.shards import read_manifest, write_json_atomic
 from crossmod.evaluation.summary import json_safe
+from crossmod.lib.user_errors import UserError
 from crossmod.lib.redaction import redact  # the one rule for secret-looking keys (also for loggers and exports)
+
+
+MAX_CONFIG_BYTES = 8 << 20  # a run's config.yaml is a few kB; a larger one is not one crossmod wrote
+
+
+class RunConfigError(UserError, ValueError):
+    """A run folder's config.yaml that crossmod did not write: named, never half-read."""
+
+
+def read_config(path: Path) -> DictConfig:
+    """A run's config.yaml (a run folder may come from someone else), read as data: at most MAX_CONFIG_BYTES and
+    without YAML anchors or aliases, which crossmod never writes and which let a few lines expand without bound (a
+    "YAML bomb" that ran until killed)."""
+    import yaml
+
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise RunConfigError(f"{path}: {size} bytes, more than a run's config ({MAX_CONFIG_BYTES} at most)", REFIX)
+    text = path.read_text(encoding="utf-8")
+    try:
+        aliased = any(isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) for event in yaml.parse(text))
+    except yaml.YAMLError as error:
+        raise RunConfigError(f"{path}: not YAML ({type(error).__name__})", REFIX) from None
+    if aliased:
+        raise RunConfigError(f"{path}: holds YAML anchors or aliases, which no crossmod run writes", REFIX)
+    return OmegaConf.create(text)
+
+
+REFIX = "use the run folder as train.py wrote it"
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from crossmod.data.data_settings import default as data_default
 from crossmod.data.folds import find_folds, find_inner_validation
 from crossmod.data.remote import is_remote
+from crossmod.lib.runs import read_config
 from crossmod.data.shards import read_manifest, read_samples
 from crossmod.lib.consolidate import is_deepspeed_checkpoint
 from crossmod.lib.user_errors import UserError
@@ -113,7 +114,7 @@ def run_facts(ckpt: Path) -> list[RunFacts]:
 def _facts_of_run(name: str, run_dir: Path) -> RunFacts:
     metrics_path, config_path = run_dir / "metrics.json", run_dir / "config.yaml"
     metrics = json.loads(metrics_path.read_text())
-    config = OmegaConf.to_container(OmegaConf.load(config_path)) if config_path.is_file() else {}
+    config = OmegaConf.to_container(read_config(config_path)) if config_path.is_file() else {}
     fold, num_folds = metrics.get("fold"), metrics.get("num_folds")
     if fold is not None and not (isinstance(fold, int) and isinstance(num_folds, int) and 0 <= fold < num_folds):
         raise ValueError(f"{metrics_path}: fold={fold!r}, num_folds={num_folds!r} is not a fold k of n folds")

@@ -155,6 +155,8 @@ def _checked(line: int, cells: list[str], keys: list[str]) -> Iterator[Row]:
         return  # blank line: not an input
     if any(_UNDECODABLE.search(cell) for cell in cells):
         yield Row(line, None, NON_UTF8)
+    elif nul := next(((key, cell.index("\0")) for key, cell in zip(keys, cells) if "\0" in cell), None):
+        yield Row(line, None, f"field {nul[0]!r} holds a NUL character at character {nul[1] + 1} (not text a caption holds)")
     elif len(cells) != len(keys):
         yield Row(line, None, f"row has {len(cells)} fields but the header has {len(keys)}")
     else:
@@ -203,6 +205,8 @@ def lone_surrogate(value: Any) -> str | None:
         elif isinstance(item, list):
             pending.extend((f"{where}[{i}]", child) for i, child in enumerate(item))
         elif isinstance(item, str):
+            if "\0" in item:
+                return f"field {where!r} holds a NUL character at character {item.index(chr(0)) + 1} (not text a caption holds)"
             found = _SURROGATE.search(item)
             if found:
                 return (
