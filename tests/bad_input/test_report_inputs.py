@@ -12,6 +12,7 @@ its README with the metric shown as undefined, instead of dying after the weight
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -253,3 +254,29 @@ def test_export_writes_its_readme_when_a_metric_is_undefined(leaky_run, tmp_path
     assert result.returncode == 0, result.stderr[-3000:]
     readme = (tmp_path / "export" / "US" / "README.md").read_text()
     assert "undefined" in readme and "| val |" in readme
+
+
+@pytest.mark.parametrize(
+    "best, field",
+    [
+        ({"test": {"mean": {"auroc": float("nan")}}}, "best.test.mean.auroc is nan"),
+        ({"test": {"mean": {"auroc": float("inf")}}}, "best.test.mean.auroc is inf"),
+        ({"test": {"mean": {"acc": 1.7}}}, "best.test.mean.acc is 1.7"),
+        ({"test": {"all": {"loss": -1.0}}}, "best.test.all.loss is -1.0"),
+        ({"test": {"mean": {"auroc": "0.9"}}}, "best.test.mean.auroc is '0.9'"),
+        ({"test": ["x"]}, "best.test is not an object of heads"),
+    ],
+    ids=["nan", "inf", "above_one", "negative_loss", "string", "list"],
+)
+def test_a_seed_report_refuses_an_impossible_number_by_name_and_writes_nothing(tmp_path, best, field):
+    from crossmod.lib.seed_report import SeedInputError, summarise
+
+    for seed in (1, 2):
+        run = tmp_path / "runs" / f"{seed}_splits"
+        run.mkdir(parents=True)
+        scores = best if seed == 2 else {"test": {"mean": {"auroc": 0.7}}}
+        (run / "metrics.json").write_text(json.dumps({"experiment": "exp", "seed": seed, "best": scores}))
+    with pytest.raises(SeedInputError, match=re.escape(field)) as refused:
+        summarise(tmp_path / "runs")
+    assert "2_splits/metrics.json" in str(refused.value) and not (tmp_path / "runs" / "seed_summary.json").exists()
+

@@ -24,3 +24,19 @@ def json_safe(value):
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return None if isinstance(value, float) and math.isnan(value) else value
+
+
+SCORE_SLACK = 1e-6  # float32 metrics land a rounding step outside [0, 1] (an AUROC of 1.0000001)
+
+
+def finite_or_null(value: object) -> bool:
+    """A finite number or null (an undefined metric is written as null): NaN, infinities and booleans are no score."""
+    return value is None or isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def possible_score(name: str, value: object) -> bool:
+    """A metric a file may hold: a loss is ≥ 0, every other metric a fraction in [0, 1] (float32 rounding allowed), or
+    null (undefined). What reports read from shared files is checked with it."""
+    if not finite_or_null(value):
+        return False
+    return value is None or (value >= 0 if name == "loss" else -SCORE_SLACK <= value <= 1.0 + SCORE_SLACK)

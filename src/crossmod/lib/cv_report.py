@@ -26,7 +26,7 @@ from crossmod.data.paths import OutsideRoot, ensure_within, resolve_within
 from crossmod.evaluation.cv_summary import check_folds, check_rules, check_scored, cv_markdown, pool_out_of_fold, summarise
 from crossmod.evaluation.plots import alignment_heatmap, roc_figure
 from crossmod.evaluation.predictions import labelled_pairs
-from crossmod.evaluation.summary import json_safe
+from crossmod.evaluation.summary import SCORE_SLACK, finite_or_null, json_safe, possible_score
 from crossmod.lib.callbacks.fold_results import FILENAME as FOLD_RESULT
 from crossmod.lib.transfer_report import transfer_report
 from crossmod.lib.user_errors import UserError
@@ -53,19 +53,10 @@ def _field(result: dict[str, Any], path: Path, field: str, kind: type, optional:
     raise ReportInputError(f"{path}: {field} is {found}, not {KINDS[kind]}", FIX)
 
 
-def _number(value: Any) -> bool:
-    """A finite number or null (an undefined metric is written as null): NaN and infinities are no score."""
-    return value is None or isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+_number, _score = finite_or_null, possible_score  # the one rule for a metric read from a shared file
 
 
-def _score(name: str, value: Any) -> bool:
-    """A metric of a fold result: a loss is ≥ 0, every other metric a fraction in [0, 1] (float32 rounding allowed)."""
-    if not _number(value):
-        return False
-    return value is None or (value >= 0 if name == "loss" else -SLACK <= value <= 1.0 + SLACK)
-
-
-SLACK = 1e-6  # float32 metrics land a rounding step outside [0, 1] (an AUROC of 1.0000001)
+SLACK = SCORE_SLACK
 
 
 def _probability(value: Any) -> bool:
