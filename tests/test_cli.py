@@ -237,3 +237,16 @@ def test_an_installed_wheel_trains_exports_and_predicts_from_an_empty_folder(tmp
     assert sorted(p.relative_to(site) for p in site.rglob("*") if "__pycache__" not in p.parts) == [
         p for p in installed if "__pycache__" not in p.parts
     ]  # nothing written into the installed package
+
+
+def test_status_records_the_command_as_the_user_typed_it(monkeypatch, tmp_path):
+    """status.json's resume line starts as the job was started: the installed command, or a checkout's root script."""
+    from crossmod.lib.run_status import command_line
+
+    monkeypatch.chdir(tmp_path)
+    for argv0, expected in (("/venv/bin/crossmod", "crossmod train"), (str(ROOT / "crossmod" / "__main__.py"), "crossmod train"),
+                            (str(tmp_path / "train.py"), "python train.py")):  # fmt: skip
+        monkeypatch.setattr(sys, "argv", [argv0])
+        monkeypatch.setenv("CROSSMOD_INVOKED_AS", cli.invoked_as("train"))
+        monkeypatch.setattr(sys, "argv", ["/site-packages/crossmod/recipes/train.py", "fold=0"])  # as run_job sets it
+        assert command_line() == f"{expected} fold=0"

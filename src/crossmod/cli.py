@@ -156,6 +156,17 @@ def children_import_as_this_process() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([first, *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])
 
 
+def invoked_as(name: str) -> str:
+    """How the user started this job, as a command they can type again: `crossmod <job>` for the installed command
+    (or `python -m crossmod`), `python <script>` for a checkout's root script (`python train.py`)."""
+    import shlex
+
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is None or script.name in ("crossmod", "__main__.py") or script.stem == "cli":
+        return f"crossmod {name}"
+    return shlex.join(["python", os.path.relpath(script)])
+
+
 def run_job(name: str, args: list[str]) -> object:
     """Import the chosen job only now and run its main with the remaining arguments as its command line.
 
@@ -163,6 +174,7 @@ def run_job(name: str, args: list[str]) -> object:
     ranks, which rerun `python -m <__main__'s module> <argv>`; spawned workers, which import `__main__` by its module
     name) then start the job itself, not the command line's dispatcher, which would miss the job's name."""
     children_import_as_this_process()
+    os.environ["CROSSMOD_INVOKED_AS"] = invoked_as(name)  # what status.json's resume command starts with
     module = importlib.import_module(JOBS[name].module)
     sys.modules["__main__"].__spec__ = module.__spec__
     sys.argv = [str(module.__file__), *args]

@@ -24,8 +24,10 @@ STATES = ("running", "finished", "interrupted", "failed")
 
 
 def command_line() -> str:
-    """The command as the user typed it (the entry script relative to the working directory)."""
-    return shlex.join(["python", os.path.relpath(sys.argv[0]) if sys.argv[0] else "train.py", *sys.argv[1:]])
+    """The command as the user typed it: `crossmod <job>` or `python <script>` (relative to the working directory)."""
+    invoked = os.environ.get("CROSSMOD_INVOKED_AS")  # set by the front door (crossmod.cli): `crossmod train`, `python train.py`
+    start = shlex.split(invoked) if invoked else ["python", os.path.relpath(sys.argv[0]) if sys.argv[0] else "train.py"]
+    return shlex.join([*start, *sys.argv[1:]])
 
 
 class RunStatus:
