@@ -31,6 +31,24 @@ class Interrupted(Exception):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
 
+SIGNAL_CONNECTOR = "lightning.pytorch.trainer.connectors.signal_connector"
+
+
+class _SignalReceived(logging.Filter):
+    """Lightning logs every stop as "Received SIGTERM": a Ctrl-C reaches it as SIGTERM (below), so its line names the
+    signal the user sent instead."""
+
+    def __init__(self, callback: "InterruptionCheckpoint") -> None:
+        super().__init__()
+        self.callback = callback
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.callback.signum == signal.SIGINT and "Received SIGTERM" in message:
+            record.msg, record.args = message.replace("Received SIGTERM: 15", "Received SIGINT (Ctrl-C)").replace("SIGTERM", "SIGINT"), ()
+        return True
+
+
 class InterruptionCheckpoint(L.Callback):
     """Installs the SIGTERM/SIGINT handlers for a run and saves the resumable checkpoint when a signal stops fit."""
 
@@ -43,6 +61,9 @@ class InterruptionCheckpoint(L.Callback):
     def install(self) -> None:
         for signum in SIGNALS:
             signal.signal(signum, self._on_signal)
+        connector = logging.getLogger(SIGNAL_CONNECTOR)
+        if not any(isinstance(f, _SignalReceived) for f in connector.filters):
+            connector.addFilter(_SignalReceived(self))
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.signum = self.signum or signum
