@@ -265,10 +265,14 @@ class CheckFirst(Callback):
                 refuse(error, reraise=False)  # before Hydra creates the run directory
             _State.checked = True
         _State.created = self._would_create(config, "hydra.run.dir")
-        if _State.created is None:  # the run folder exists (a resumed run): nothing is written through a planted link
+        if _State.created is None and OmegaConf.select(config, "hydra.output_subdir") is not None:
+            # a run folder that exists (a resumed run) gets Hydra's files and the run's: none through a planted link.
+            # Jobs without run folders (evaluate, prepare: output_subdir null, run dir the working directory) skip it.
             try:
                 run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir")))
             except Exception:  # a directory setting that does not resolve: Hydra reports it itself
+                return
+            if run_dir.absolute() == Path.cwd():
                 return
             try:
                 planted_links(run_dir)
