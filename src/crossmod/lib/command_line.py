@@ -168,7 +168,7 @@ def check(job: str, module: str, args: list[str], configs: Path) -> None:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException:
         return  # malformed: Hydra's parser names the spot
-    composing, keys = [], []
+    composing, keys, swept_group = [], [], False
     for override in parsed:
         key = override.key_or_group
         if key in PLUGINS and not override.is_delete():
@@ -190,9 +190,10 @@ def check(job: str, module: str, args: list[str], configs: Path) -> None:
                     f"crossmod ls {key} lists them (a config of one's own: --config-dir <folder> with {key}/<name>.yaml)",
                     key,
                 )
+        swept_group = swept_group or len(values) > 1
         prefix = override.input_line.split(key, 1)[0]
         composing.append(f"{prefix}{key}={values[0]}" if values else override.input_line)
-    if keys:
+    if keys and not swept_group:  # a swept group (model=text,image) composes differently per job: its keys are Hydra's
         _check_keys(name, folders, composing, keys, job)
 
 
