@@ -49,12 +49,10 @@ def test_the_processes_a_job_starts_do_not_run_what_the_working_directory_plants
     put their working directory first on sys.path (without it, the planted package runs in their place)."""
     from crossmod import cli
 
-    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)  # restored (absent) after the test: later commands fork as before
-    for name in ("PYTHONPATH",):  # restored to what it was after the test
-        if name in os.environ:
-            monkeypatch.setenv(name, os.environ[name])
-        else:
-            monkeypatch.delenv(name, raising=False)
+    for name in ("PYTHONSAFEPATH", "PYTHONPATH", "CROSSMOD_INVOKED_AS"):  # what run_job sets, restored after the test
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # recorded (absent stays absent afterwards), later commands fork
+        if name == "PYTHONSAFEPATH" or not os.environ[name]:
+            monkeypatch.delenv(name)
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # run_job sets the job's own command line
     monkeypatch.setattr(sys.modules["__main__"], "__spec__", sys.modules["__main__"].__spec__)
     monkeypatch.setattr(cli.importlib, "import_module", lambda name: type("Job", (), {"__spec__": None, "__file__": name, "main": staticmethod(lambda: 0)}))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sklearn.metrics import roc_auc_score
 
@@ -92,3 +94,14 @@ def test_summary_names_the_test_behind_the_markers_and_why_there_are_none():
         f"exact one-sided Wilcoxon rank-sum (permutation over all splits) over runs, p < 0.05. {note}"
     ) in text.splitlines()
     assert "| US | 0.800† | 0.600 |" in text
+
+
+def test_names_from_shared_files_stay_words_in_the_summary():
+    """A run folder named with an ANSI escape or markdown/HTML, and a baseline rule that is a link, are shown escaped."""
+    from crossmod.evaluation.summary import shown
+
+    hostile = "\x1b[31mrun\x1b[0m [x](javascript:alert(1)) <img src=x> | cell"
+    text = shown(hostile)
+    assert "\x1b" not in text and not re.search(r"(?<!\\)[<>\[\]|`]", text), text  # each one escaped
+    assert text.startswith("\\x1b\\[31mrun") and "\\[x\\](javascript:alert(1))" in text
+    assert shown("synthetic_concat/runs/r1") == "synthetic_concat/runs/r1" and len(shown("a" * 1000)) == 300

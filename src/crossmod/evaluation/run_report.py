@@ -20,6 +20,7 @@ from crossmod.evaluation.alignment import alignment_matrix, alignment_table
 from crossmod.evaluation.baselines import LABELS
 from crossmod.evaluation.functional import functional_markdown, functional_report
 from crossmod.evaluation.metrics import head_scores
+from crossmod.evaluation.summary import shown
 from crossmod.evaluation.task_metrics import performance_score, subset_rule_accuracy, toxictags_stages
 
 Rows = list[dict[str, Any]]
@@ -113,7 +114,7 @@ def summary_markdown(report: dict[str, Any], figures: Collection[str]) -> str:
         baselines = entry.get("baselines") or {}
         columns = "".join(f" {LABELS.get(kind, kind)} AUROC |" for kind in baselines)
         lines += [
-            f"## {name}",
+            f"## {shown(name)}",
             "",
             *split_lines(entry),
             "",
@@ -122,9 +123,9 @@ def summary_markdown(report: dict[str, Any], figures: Collection[str]) -> str:
         ]
         for head, s in entry["metrics"].items():
             cells = "".join(f" {_score(b['test'].get(head, {}).get('auroc'))} |" for b in baselines.values())
-            lines.append(f"| {head} | {s['auroc']:.3f} | {s['acc']:.3f} | {s['f1']:.3f} |{cells}")
+            lines.append(f"| {shown(head)} | {s['auroc']:.3f} | {s['acc']:.3f} | {s['f1']:.3f} |{cells}")
         lines += (
-            ["", *(f"{LABELS.get(k, k)}: {b['name']}; {b['rule']} (measured by the run on these memes)." for k, b in baselines.items())]
+            ["", *(f"{LABELS.get(k, k)}: {shown(b['name'])}; {shown(b['rule'])} (measured by the run on these memes)." for k, b in baselines.items())]
             if baselines
             else []
         )
@@ -168,9 +169,9 @@ def split_lines(entry: dict[str, Any]) -> list[str]:
         lines.append(f"Scores from: {entry['scored_by']}.")
     if selection:
         monitor = f", monitor {selection['monitor']}" if selection.get("monitor") else ""
-        lines.append(f"Weights: rule `{selection['rule']}` — {selection['description']}{monitor}.")
+        lines.append(f"Weights: rule `{shown(selection['rule'])}` — {shown(selection['description'])}{shown(monitor)}.")
         if selection.get("note"):
-            lines.append(f"Weights given: {selection['weights']}, {selection['note']}.")
+            lines.append(f"Weights given: {shown(selection['weights'])}, {shown(selection['note'])}.")
     else:
         lines.append("Weights: selection rule unknown (no metrics.json beside these weights).")
     if split.get("warning"):

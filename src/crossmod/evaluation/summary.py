@@ -40,3 +40,15 @@ def possible_score(name: str, value: object) -> bool:
     if not finite_or_null(value):
         return False
     return value is None or (value >= 0 if name == "loss" else -SCORE_SLACK <= value <= 1.0 + SCORE_SLACK)
+
+
+MARKDOWN_SPECIALS = str.maketrans({c: f"\\{c}" for c in "\\`|<>[]"})
+
+
+def shown(value: object, limit: int = 300) -> str:
+    """Text from a shared file (a run's folder name, a baseline's rule, a selection's description) as a report or the
+    console shows it: control characters (ANSI escapes included) spelled out, the characters that make markdown
+    links, HTML, code or table cells escaped, and at most `limit` characters. What a folder says stays words."""
+    text = str(value).translate(MARKDOWN_SPECIALS)
+    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -54,7 +54,12 @@ def _entries(text: str) -> tuple[list[Entry], list[Entry]]:
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("#") or not stripped:
-            block = block + [stripped.lstrip("# ")] if stripped else []
+            # a comment block at a key's indentation describes the key below it; one indented further (aligned with
+            # the comments after values) continues the line above
+            if not stripped:
+                block = []
+            elif len(line) - len(line.lstrip()) <= 2:
+                block = [*block, stripped.lstrip("# ")]
             continue
         if in_defaults and (default := DEFAULT_LINE.match(line)):
             if default["group"] not in ("_self_",):
@@ -89,7 +94,7 @@ def help_text(job: str, summary: str, module: str, configs: Path) -> str | None:
         return None
     path = configs / f"{name}.yaml"
     keys, groups = _entries(path.read_text(encoding="utf-8"))
-    shown = [e for e in keys if e.value or "." not in e.name]  # a block's own line only where it has no sub-keys shown
+    shown = [e for e in keys if (e.value or "." not in e.name) and e.name.split(".")[0] != "hydra"]  # Hydra's: --hydra-help
     width = min(34, max((len(f"{e.name}={e.value}") for e in shown), default=10))
     lines = [f"crossmod {job}: {summary}", f"usage: crossmod {job} [key=value …] [group=option …]   (config: {path})", ""]
     lines.append("keys (key=value; the job's own, from its config file):")

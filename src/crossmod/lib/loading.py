@@ -148,7 +148,8 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
     named = {"best": metrics["best_checkpoint"], "last": run_dir / "checkpoints" / "last.ckpt"}
     if not named["best"] and (metrics.get("selection") or {}).get("weights") == "final":
         named["best"] = named["last"]  # no selection (cv.selection=last, or a NaN monitor): the run scored its final weights
-    path = _inside_run(run_dir, named.get(checkpoint) or checkpoint, checkpoint)
+    # the run's own pointers (best, last) are read within the run; a path the user gives is the user's choice
+    path = _inside_run(run_dir, named[checkpoint], checkpoint) if checkpoint in named else Path(checkpoint)
     if is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
         check_trusted(config.get("model"), run_dir / "config.yaml", root=MODEL_ROOT)
         model = instantiate(config["model"], _recursive_=False)

@@ -52,11 +52,12 @@ def main(cfg: DictConfig) -> None:
         return
     print((out / "summary.md").read_text())
     from crossmod.evaluation.dataset_report import write_annotation_report
+    from crossmod.evaluation.summary import shown
 
     for path in write_annotation_report(datamodule.source, out):  # Multi3Hate with raw votes: dataset_report.*
         print(f"[evaluate] annotation report: {path}")
     for name, entry in report["runs"].items():
-        print(f"[evaluate] {name}: {entry['split']['scored']} ({entry['split']['items']} memes)")
+        print(f"[evaluate] {shown(name)}: {entry['split']['scored']} ({entry['split']['items']} memes)")  # a folder's name, as words
     print(f"[evaluate] {len(report['runs'])} run(s), {report['items']} distinct items → {out}")
 
 

@@ -16,6 +16,7 @@ def main(cfg: DictConfig) -> None:
     import json
     from pathlib import Path
 
+    from crossmod.evaluation.summary import shown
     from crossmod.lib.seed_report import summarise
     from crossmod.lib.user_errors import UserError
 
@@ -28,7 +29,7 @@ def main(cfg: DictConfig) -> None:
     # through the one writer: a link planted in the runs folder is replaced, never written through
     write_file(runs / "seed_summary.json", json.dumps(summary, indent=1).encode(), "seed summary", user_folder=True)
     for name, result in summary.items():
-        print(f"{name} (seeds {result['seeds']})")
+        print(f"{shown(name)} (seeds {result['seeds']})")  # a shared file's name, as words
         for key in ("val/mean/auroc", "test/mean/auroc", "test/mean/acc"):
             if key in result["metrics"]:
                 m = result["metrics"][key]
