@@ -13,15 +13,17 @@ import json
 import math
 from typing import Any
 
+from crossmod.evaluation.summary import shown as words  # a shared run's text, escaped for markdown
+
 BASELINE_NAMES = {"majority": "majority", "tfidf": "TF-IDF + LR", "probe": "linear probe"}
 
 
 def readme(card: dict[str, Any]) -> str:
     """The README's text (front matter, then the card's sections)."""
-    lines = [*_front_matter(card), f"# {card['experiment']}: {card['culture']}", ""]
+    lines = [*_front_matter(card), f"# {words(card['experiment'])}: {words(card['culture'])}", ""]
     lines += [
-        f"Scores memes as hateful or not as judged by the `{card['culture']}` annotators (labels {card['label_map']}); "
-        f"exported by crossmod from run `{card['run']}`.",
+        f"Scores memes as hateful or not as judged by the `{words(card['culture'])}` annotators (labels {card['label_map']}); "
+        f"exported by crossmod from run `{words(card['run'])}`.",
         "",
         "## Trained on",
         *_trained_on(card),
@@ -52,7 +54,7 @@ def _front_matter(card: dict[str, Any]) -> list[str]:
 def _trained_on(card: dict[str, Any]) -> list[str]:
     trained = card.get("trained_on") or {}
     fingerprint = trained.get("fingerprint")
-    lines = [f"- dataset: `{trained.get('dataset')}`" + (f" (fingerprint `{fingerprint}`)" if fingerprint else "")]
+    lines = [f"- dataset: `{words(trained.get('dataset'))}`" + (f" (fingerprint `{fingerprint}`)" if fingerprint else "")]
     if trained.get("fold") is not None:
         lines.append(
             f"- split: fold {trained['fold']} of {trained.get('num_folds')} (fold seed {trained.get('fold_seed')}): trained on "
@@ -65,9 +67,9 @@ def _trained_on(card: dict[str, Any]) -> list[str]:
         )
     selection = card.get("selection") or {}
     rule = trained.get("selection_rule") or selection.get("rule")
-    chosen = f"; weights: `{selection.get('weights')}`" if selection.get("weights") else ""
-    monitor = f" by `{selection['monitor']}` ({selection.get('mode')})" if selection.get("monitor") else ""
-    lines.append(f"- selection rule: `{rule}`{monitor}{chosen}; the test memes were never seen by it")
+    chosen = f"; weights: `{words(selection.get('weights'))}`" if selection.get("weights") else ""
+    monitor = f" by `{words(selection['monitor'])}` ({words(selection.get('mode'))})" if selection.get("monitor") else ""
+    lines.append(f"- selection rule: `{words(rule)}`{monitor}{chosen}; the test memes were never seen by it")
     if trained.get("manifest"):
         lines.append(f"- the fold assignment: `{trained['manifest']}` beside this card")
     return lines
@@ -92,15 +94,15 @@ def _scores(card: dict[str, Any]) -> list[str]:
     lines = ["| stage | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for stage, values in card["metrics"].items():
         if isinstance(values, dict) and values:
-            lines.append(f"| {stage} | " + " | ".join(shown(values.get(m)) for m in names) + " |")
+            lines.append(f"| {stage} | " + " | ".join(metric_text(values.get(m)) for m in names) + " |")
     for kind, row in (card.get("baselines") or {}).items():
         values = row.get("test")
         if isinstance(values, dict) and values:
-            lines.append(f"| test, {BASELINE_NAMES.get(kind, kind)} | " + " | ".join(shown(values.get(m)) for m in names) + " |")
+            lines.append(f"| test, {BASELINE_NAMES.get(kind, kind)} | " + " | ".join(metric_text(values.get(m)) for m in names) + " |")
     lines += ["", "test = the held-out memes; val = the memes the weights were selected on."]
     if card.get("baselines"):
         lines.append("The baselines were fitted on the same training memes and scored on the same test memes: " + "; ".join(
-            f"{BASELINE_NAMES.get(kind, kind)}: {row.get('rule')}" for kind, row in card["baselines"].items()
+            f"{BASELINE_NAMES.get(kind, kind)}: {words(row.get('rule'))}" for kind, row in card["baselines"].items()
         ) + ".")  # fmt: skip
     if card.get("scored_by"):
         lines += ["", f"Scored by {card['scored_by']}."]
@@ -108,13 +110,13 @@ def _scores(card: dict[str, Any]) -> list[str]:
     if run:
         lines.append(
             f"The run's own scores ({run['scored_by']} rule, selected checkpoint): "
-            + ", ".join(f"{stage} AUROC {shown((run.get(stage) or {}).get('auroc'))}" for stage in ("val", "test"))
+            + ", ".join(f"{stage} AUROC {metric_text((run.get(stage) or {}).get('auroc'))}" for stage in ("val", "test"))
         )
     if card["metrics_per_fold"]:
         lines += [
             "",
             "Per fold (held-out fold, test, each fold run's own scoring rule): "
-            + ", ".join(f"fold {k}: AUROC {shown((v or {}).get('auroc'))}" for k, v in card["metrics_per_fold"].items()),
+            + ", ".join(f"fold {k}: AUROC {metric_text((v or {}).get('auroc'))}" for k, v in card["metrics_per_fold"].items()),
         ]
     return lines
 
@@ -138,7 +140,7 @@ def metric_names(card: dict[str, Any]) -> list[str]:
     return sorted(next((v for v in card["metrics"].values() if isinstance(v, dict) and v), {}))
 
 
-def shown(value: Any) -> str:
+def metric_text(value: Any) -> str:
     """A metric as the README shows it: four decimals, or `undefined` (None or NaN: AUROC of a one-class split)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return "undefined"
