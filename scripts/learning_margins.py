@@ -94,6 +94,8 @@ class Check:
 # recipe: train.py overrides (seed added per run)
 RECIPES: dict[str, tuple[str, ...]] = {
     "concat": (),
+    # the default recipe's old rate (a plateau for seed 1234 on some CPUs)
+    "concat_lr_2e-3": ("model.optimizer.lr=2e-3",),
     "visual_bert": ("model=visual_bert", "test=false"),
     "text": ("model=text", "test=false"),
     "image": ("model=image", "test=false"),
@@ -112,14 +114,19 @@ FOLLOW_UPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen2_vl_head": ("verbalizer", ("experiment=synthetic_vlm_verbalizer", "test=false")),
 }
 
+# 0.95: what `make train` promises at the default seed (issue 57), between what either modality alone allows on val
+# (the higher ceiling, 0.677, plus the 0.03 a model may exceed it by chance) and the fused ceiling (0.998: the best
+# function of the (concept, subject) pair, label noise left in); at lr 1e-3 every measured seed reached 0.978-0.989
+THRESHOLD_CONCAT = 0.95
 CHECKS: dict[str, Check] = {
-    # 0.74: the default recipe at seed 1234 reached 0.974 on an earlier machine, 0.8625 on an AMD EPYC and 0.764 on an
-    # AMD EPYC with AVX-512, same stack and one thread (seeds 1-4: 0.98 on all three); above what either modality alone
-    # allows on val (the higher ceiling, 0.676, plus the 0.03 a model may exceed it by chance: 0.706)
-    "concat": Check("concat", _val, 0.74, True, "val mean AUROC"),
-    # 0.02: seed 1 on the AMD EPYC measured 0.044 (worst of every machine; 0.075 the earlier machine's worst); each head
-    # matching its own culture best is asserted beside it
+    "concat": Check("concat", _val, THRESHOLD_CONCAT, True, "val mean AUROC"),
+    # 0.02: seed 1 on the AMD EPYC measured 0.044 at the old rate (worst of every machine); each head matching its own
+    # culture best is asserted beside it
     "concat_us_vs_cn": Check("concat", _us_gap, 0.02, True, "US head: AUROC vs US − vs CN labels (test)"),
+    # The old rate 2e-3, kept measured: seed 1234 reached 0.974 on an earlier machine, 0.8625 on an AMD EPYC and 0.764
+    # on an AMD EPYC with AVX-512 (seeds 1-4: 0.98 on all three), the plateau issue 57 saw in `make train`
+    "concat_lr_2e-3": Check("concat_lr_2e-3", _val, THRESHOLD_CONCAT, True, "val mean AUROC (lr 2e-3: the old rate)"),
+    "concat_us_vs_cn_lr_2e-3": Check("concat_lr_2e-3", _us_gap, 0.02, True, "US head: AUROC vs US − vs CN labels (test; lr 2e-3)"),
     "visual_bert": Check("visual_bert", _val, 0.90, True, "val mean AUROC"),
     "text_below_ceiling": Check("text", _over_ceiling("text_only"), CEILING_TOLERANCE, False, "val AUROC − text ceiling"),
     "image_below_ceiling": Check("image", _over_ceiling("image_only"), CEILING_TOLERANCE, False, "val AUROC − image ceiling"),

@@ -25,3 +25,21 @@ def test_held_out_scores_use_the_selection_threshold_never_the_held_out_labels()
     assert scores["val_threshold"] == pytest.approx(0.75)  # from the selection memes; the held-out best would be 0.73
     expected = f1_score([0, 1, 1, 1], [0, 0, 1, 1], average="macro")
     assert scores["macro_f1_at_val_threshold"] == pytest.approx(expected) and scores["acc_at_val_threshold"] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_threshold_sweep_equals_scikit_learn_at_every_candidate(seed):
+    # rounded scores make ties between memes and between thresholds' F1 values: the argmax must pick what sklearn's
+    # per-threshold loop picks, so the sweep must equal it to the last bit, not approximately
+    from crossmod.evaluation.thresholds import macro_f1, macro_f1_sweep
+
+    rng = np.random.default_rng(seed)
+    labels = (rng.random(400) < 0.3).astype(int)
+    probs = np.round(np.clip(rng.normal(0.4 + 0.3 * labels, 0.2), 0, 1), 2)
+    values = np.unique(probs)
+    candidates = np.concatenate([[values[0] - 1], values, (values[:-1] + values[1:]) / 2, [np.nextafter(values[-1], np.inf)]])
+    swept = macro_f1_sweep(labels, probs, candidates)
+    assert swept.tolist() == [macro_f1(labels, probs, float(t)) for t in candidates]
+    own = np.concatenate([[values[0]], (values[:-1] + values[1:]) / 2, [np.nextafter(values[-1], np.inf)]])
+    loop = [macro_f1(labels, probs, float(t)) for t in own]  # the per-threshold sklearn loop best_threshold replaced
+    assert best_threshold(labels, probs) == float(own[int(np.argmax(loop))])

@@ -1,6 +1,6 @@
 """The synthetic memes behave as designed when trained for real (fixed seeds, default budget).
 
-Fusion (the default concat, and Visual BERT) must reach its val mean AUROC threshold (0.74 and 0.90: CHECKS); each
+Fusion (the default concat, and Visual BERT) must reach its val mean AUROC threshold (0.95 and 0.90: CHECKS); each
 culture's head scores measurably lower against a disagreeing culture's labels. The unimodal models' ceilings:
 test_unimodal_ceilings.py. The thresholds are scripts/learning_margins.py's
 CHECKS, each below the worst value measured over five seeds and one and two threads (docs/reproducibility.md).

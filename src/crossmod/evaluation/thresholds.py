@@ -22,6 +22,23 @@ def macro_f1(labels: np.ndarray, probs: np.ndarray, threshold: float) -> float:
     return float(f1_score(labels, (probs >= threshold).astype(int), average="macro", labels=[0, 1], zero_division=0))
 
 
+def macro_f1_sweep(labels: np.ndarray, probs: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """Macro-F1 of `probs >= t` for every t at once: scikit-learn's formula (per class 2·tp / (true + predicted), 0 where
+    both are 0, then their mean) on counts from sorted scores. One f1_score call per threshold took 25–70 s on a
+    validation split of 1,350 memes (thousands of distinct scores per head); this is one sort."""
+    labels, probs = np.asarray(labels, dtype=int), np.asarray(probs, dtype=float)
+    pos, neg = np.sort(probs[labels == 1]), np.sort(probs[labels == 0])
+    tp = (len(pos) - np.searchsorted(pos, thresholds, side="left")).astype(float)  # positives scored >= t
+    fp = (len(neg) - np.searchsorted(neg, thresholds, side="left")).astype(float)
+    fn, tn = len(pos) - tp, len(neg) - fp
+
+    def f1(hits: np.ndarray, true: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        denom = 1.0 * true + predicted
+        return np.divide(2.0 * hits, denom, out=np.zeros_like(denom), where=denom != 0)
+
+    return (f1(tn, tn + fp, tn + fn) + f1(tp, tp + fn, tp + fp)) / 2
+
+
 def best_threshold(labels: np.ndarray, probs: np.ndarray) -> float | None:
     """The threshold maximising macro-F1 on these memes (the midpoint between neighbouring distinct scores, the lowest
     among ties); None when they hold one class only (nothing to separate)."""
@@ -30,8 +47,7 @@ def best_threshold(labels: np.ndarray, probs: np.ndarray) -> float | None:
         return None
     values = np.unique(probs)
     candidates = np.concatenate([[values[0]], (values[:-1] + values[1:]) / 2, [np.nextafter(values[-1], np.inf)]])
-    scores = [macro_f1(labels, probs, float(t)) for t in candidates]
-    return float(candidates[int(np.argmax(scores))])
+    return float(candidates[int(np.argmax(macro_f1_sweep(labels, probs, candidates)))])
 
 
 def selection_threshold_scores(
