@@ -272,3 +272,59 @@ def test_export_refuses_an_unknown_culture_from_the_runs_config_before_loading_i
     (run / "config.yaml").write_text("data:\n  heads:\n    US: {kind: binary}\n    DE: {kind: binary}\n")
     result = _run(tmp_path, "export.py", f"run={run}", "culture=XX", paths=False)
     _refused(result, tmp_path, "culture 'XX' is not a head of this run (heads: ['US', 'DE'])", "pass culture=<one of")
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("data.batch_size=0", "data.batch_size=0 is not a whole number ≥ 1"),  # divided by zero after the data was made
+        ("data.num_workers=-1", "data.num_workers=-1 is not a whole number ≥ 0"),  # torch's DataLoader traceback
+        ("model.optimizer.lr=-1", "model.optimizer.lr=-1 is not a number above 0"),  # Hydra's "Error in call to target"
+        ("model.optimizer.lr=abc", "model.optimizer.lr='abc' is not a number above 0"),
+        ("trainer.max_epochs=-5", "trainer.max_epochs=-5 is not a whole number ≥ -1 (or null)"),
+        ("seed=1.5", "seed=1.5 is not a whole number ≥ 0"),
+    ],
+)
+def test_a_number_out_of_its_range_is_named_before_anything_is_built(tmp_path, override, said):
+    _refused(_run(tmp_path, "train.py", override), tmp_path, said, "Fix: pass ")
+
+
+def test_a_scoring_jobs_threshold_out_of_range_is_named(tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "culture_card.json").write_text("{}")
+    result = _run(tmp_path, "predict.py", f"adapters={tmp_path / 'folder'}", f"inputs={tmp_path}", "threshold=1.5", paths=False)
+    _refused(result, tmp_path, "threshold=1.5 is not a number ≥ 0 and ≤ 1")
+
+
+def test_a_component_hydra_cannot_build_is_one_line_naming_its_key(tmp_path):
+    """A setting no cheap check knows (Lightning's precision names) still comes back as one line with its key, not as
+    Hydra's "Error in call to target" text; HYDRA_FULL_ERROR=1 keeps the traceback."""
+    result = _run(tmp_path, "train.py", "trainer.precision=fp7", "debug=limit")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if "] error: " in line]
+    assert "trainer (lightning.pytorch.trainer.trainer.Trainer) cannot be built from its settings: ValueError: Precision 'fp7'" in line
+    assert "Error in call to target" not in result.stderr
+
+
+def test_a_build_refusal_names_the_key_whose_target_failed():
+    from hydra.errors import InstantiationException
+
+    from crossmod.lib.user_errors import build_refusal
+
+    cfg = OmegaConf.create({"model": {"optimizer": {"_target_": "torch.optim.AdamW", "lr": -1}}, "trainer": {"_target_": "x.Trainer"}})
+    try:
+        try:
+            raise ValueError("Invalid learning rate: -1\nsecond line")
+        except ValueError as cause:
+            raise InstantiationException("Error in call to target 'torch.optim.adamw.AdamW':\nValueError(...)") from cause
+    except InstantiationException as error:
+        refusal = build_refusal(error, cfg)
+    assert refusal is not None and refusal.key == "model.optimizer"
+    assert str(refusal).startswith("model.optimizer (torch.optim.adamw.AdamW) cannot be built from its settings: ValueError: Invalid learning rate: -1.")
+    try:
+        try:
+            raise AttributeError("a bug")
+        except AttributeError as cause:
+            raise InstantiationException("Error in call to target 'torch.optim.adamw.AdamW'") from cause
+    except InstantiationException as error:
+        assert build_refusal(error, cfg) is None  # a bug is Hydra's to report, traceback and all

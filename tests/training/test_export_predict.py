@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from crossmod.lib.artifacts import export_culture
 from crossmod.lib.bases import BaseModelError
+from crossmod.lib.consolidate import WeightsMismatch
 from crossmod.lib.loading import load
 from crossmod.lib.resolvers import tiny_vlm
 from tests.conftest import ROOT, SMALL_DATA, scaled
@@ -95,6 +98,28 @@ def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_
     assert given.hparams.name_or_path == given.hparams.fusion["name_or_path"] == tiny
     for (key, value), (_, other) in zip(given.state_dict().items(), shipped.state_dict().items(), strict=True):
         torch.testing.assert_close(value, other, msg=key)
+
+    # An adapter that is not for the card's base is refused by name: PEFT alone would load it with a warning at most
+    # (missing LoRA tensors left at their initial values, unknown ones ignored), scoring the bare base as this export.
+    renamed = Path(shutil.copytree(folder, tmp_path / "renamed"))
+    adapter_config = json.loads((renamed / "adapter_config.json").read_text())
+    (renamed / "adapter_config.json").write_text(json.dumps({**adapter_config, "base_model_name_or_path": "Qwen/Qwen2-VL-7B-Instruct"}))
+    with pytest.raises(BaseModelError, match=r"adapter_config.json: base_model_name_or_path is 'Qwen/Qwen2-VL-7B-Instruct'.*not trained on this base"):
+        load(renamed)
+    weights = load_file(str(folder / "adapter_model.safetensors"))
+    first = sorted(weights)[0]
+    for change, said in [("dropped", rf"lacks {first}"), ("added", r"holds weights the model lacks: base_model.model.planted.lora_A.weight")]:
+        foreign = Path(shutil.copytree(folder, tmp_path / change))
+        state = {k: v for k, v in weights.items() if change != "dropped" or k != first}
+        if change == "added":
+            state["base_model.model.planted.lora_A.weight"] = weights[first].clone()
+        save_file(state, str(foreign / "adapter_model.safetensors"))
+        with pytest.raises(WeightsMismatch, match=rf"adapter_model.safetensors: does not fit the base './base/tiny-qwen2-vl-synthetic' its card names: it {said}"):
+            load(foreign)
+    reshaped = Path(shutil.copytree(folder, tmp_path / "reshaped"))
+    save_file({**weights, first: torch.zeros(weights[first].shape[0] + 1, *weights[first].shape[1:])}, str(reshaped / "adapter_model.safetensors"))
+    with pytest.raises(WeightsMismatch, match=r"adapter_model.safetensors: does not fit the base './base/tiny-qwen2-vl-synthetic' its card names: .*size mismatch"):
+        load(reshaped)
 
 
 def test_classifier_family_export_predicts_the_runs_scores(train_run, tmp_path):

@@ -234,6 +234,8 @@ def test_a_hub_base_out_of_reach_names_the_override(moved, tmp_path, monkeypatch
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # offline, and the id is in no cache
     folder = Path(shutil.copytree(moved["shipped"], tmp_path / "MX"))
     _tamper(folder, "name_or_path", "crossmod-tests/not-a-model")
+    card = json.loads((folder / "culture_card.json").read_text())  # an export whose base is a hub id names it in its card
+    (folder / "culture_card.json").write_text(json.dumps({**card, "base_model": "crossmod-tests/not-a-model"}))
     with pytest.raises(BaseModelError, match=r"(?s)cannot load its base model .* model.text.name_or_path=<local copy>"):
         load(folder)
 

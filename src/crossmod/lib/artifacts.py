@@ -27,6 +27,7 @@ from crossmod.data.paths import OutsideRoot, ensure_within
 from crossmod.data.shards import write_json_atomic
 from crossmod.lib.bases import (
     absolute_paths,
+    card_base,
     portable_bases,
     without_machine_paths,
 )
@@ -51,7 +52,7 @@ EXPORT_FILES = (
 )
 CARD_FIELDS: dict[str, type] = {"culture": str, "heads": dict, "format": str}
 MAX_HEADER = 100_000_000  # safetensors' own bound on a header; a larger claim is a "header bomb"
-REEXPORT = "re-export the run with export.py, and copy the folder whole (its files, not links to them)"
+REEXPORT = "re-export the run (crossmod export run=<run dir>), and copy the folder whole (its files, not links to them)"
 
 
 class ExportError(UserError, ValueError):
@@ -123,7 +124,7 @@ def refuse_pickles(folder: Path) -> None:
     if pickles:
         raise ValueError(
             f"{folder} holds pickle files {pickles}: crossmod loads safetensors only "
-            "(convert them with safetensors, or re-export the run with export.py)"
+            "(convert them with safetensors, or re-export the run (crossmod export run=<run dir>))"
         )
 
 
@@ -302,9 +303,7 @@ def _write_culture(
         "label_map": LABEL_MAP if head.is_binary else list(head.classes),
         "family": model_cfg["fusion"]["_target_"],
         "format": "peft-lora" if lora else "classifier",
-        "base_model": model_cfg.get("name_or_path")
-        or model_cfg.get("fusion", {}).get("name_or_path")
-        or (model_cfg.get("text") or {}).get("name_or_path"),
+        "base_model": card_base(model_cfg),
         "base_revision": _revision(model),
         # each base the run read from a folder: its hub id and revision (a cache snapshot), or its folder name, what its
         # config declares and a SHA-256 of its files; hub ids are the base_model/base_revision above

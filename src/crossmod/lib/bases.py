@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +270,7 @@ def resolve_bases(
     recorded = dict(_strings(model_cfg))
     given = with_bases(model_cfg, overrides, source)
     _check_copies(recorded, model_cfg, given, local, source)
-    command = command or f"python predict.py adapters={folder}"
+    command = command or f"crossmod predict adapters={folder}"
     shipped = [k for k, v in recorded.items() if v.startswith(f"./{BASE_DIR}/")]
     for key in dict.fromkeys([*BASE_KEYS, *local, *shipped]):
         value = recorded.get(key)
@@ -312,6 +312,55 @@ def _check_copies(recorded: Mapping[str, str], model_cfg: dict[str, Any], given:
                 "the scores will not be the export's",
                 source, key, value, recorded[key], digest[:12],
             )  # fmt: skip
+
+
+def card_base(model_cfg: Mapping[str, Any]) -> Any:
+    """The base a card names (`base_model`): the VLM's, else the fusion's, else the text encoder's, as the model config
+    records it (a hub id, `./base/<name>`, or a recorded name): the same rule on export and on load."""
+    return (
+        model_cfg.get("name_or_path")
+        or (model_cfg.get("fusion") or {}).get("name_or_path")
+        or (model_cfg.get("text") or {}).get("name_or_path")
+    )
+
+
+def check_card_bases(card: Mapping[str, Any], model_cfg: Mapping[str, Any], folder: Path, fix: str, given: Iterable[str] = ()) -> None:
+    """An exported folder's claims about its base hold for its files, before anything is built: the card's
+    `base_model` is the base model_config.json builds, a PEFT adapter names that base too, and each shipped base
+    (`./base/<name>`) holds the files whose SHA-256 the card's `base_provenance` recorded. A folder whose base was
+    swapped after export (or whose card was edited) would otherwise be scored, under the card's name and numbers,
+    as a model it is not. `model_cfg`: model_config.json as recorded (before its bases are resolved); `given`: the
+    base keys the user overrode, whose copy is the user's choice (and hashed by `resolve_bases`), not the folder's."""
+    given = {key.removeprefix("model.") for key in given}
+    card_path, config_path = folder / "culture_card.json", folder / "model_config.json"
+    claimed, built = card.get("base_model"), card_base(model_cfg)
+    if "base_model" in card and claimed != built and not given:
+        raise BaseModelError(f"{card_path}: base_model is {claimed!r}, but {config_path} builds {built!r}: the card does not describe these weights", fix)
+    adapter = folder / "adapter_config.json"
+    if card.get("format") == "peft-lora" and adapter.is_file() and not given:
+        try:
+            named = json.loads(adapter.read_text()).get("base_model_name_or_path")
+        except (OSError, ValueError, AttributeError):
+            raise BaseModelError(f"{adapter}: not a JSON object", fix) from None
+        fusion = (model_cfg.get("fusion") or {}).get("name_or_path")
+        if named != fusion:
+            raise BaseModelError(f"{adapter}: base_model_name_or_path is {named!r}, but {config_path} builds {fusion!r}: the adapter was not trained on this base", fix)
+    recorded = card.get("base_provenance") or []
+    if not isinstance(recorded, list) or not all(isinstance(entry, Mapping) for entry in recorded):
+        raise BaseModelError(f"{card_path}: base_provenance is not a list of objects", fix)
+    for entry in recorded:
+        named, digest = entry.get("named"), entry.get("sha256")
+        if not (isinstance(named, str) and named.startswith(f"./{BASE_DIR}/")) or given & set(entry.get("keys") or []):
+            continue
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise BaseModelError(f"{card_path}: base_provenance for {named} has no SHA-256 of its files (sha256 is {digest!r})", fix)
+        found = folder_sha256(Path(_inside(folder, named, "base_provenance")))
+        if found != digest:
+            raise BaseModelError(
+                f"{folder / named.removeprefix('./')}: its files' SHA-256 begins {found[:12]}, not the {digest[:12]} that "
+                f"{card_path.name} base_provenance records: the shipped base is not the one these weights were trained on",
+                fix,
+            )
 
 
 def missing_local_bases(model_cfg: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -32,8 +32,8 @@ from crossmod.lib.artifacts import (
     read_object,
     refuse_pickles,
 )
-from crossmod.lib.bases import BaseModelError, missing_local_bases, override_keys, resolve_bases, with_bases
-from crossmod.lib.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
+from crossmod.lib.bases import BaseModelError, check_card_bases, missing_local_bases, override_keys, resolve_bases, with_bases
+from crossmod.lib.consolidate import WeightsMismatch, is_deepspeed_checkpoint, restore_weights, zero_state_dict
 from crossmod.lib.runs import read_config
 from crossmod.lib.user_errors import UserError, error_chain
 from crossmod.models.module import MemeClassifier
@@ -159,7 +159,7 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
     elif path.is_file():
         model = _checkpoint(path, sharded, changed)
     else:
-        raise FileNotFoundError(f"{path} does not exist (checkpoint={checkpoint} of run {run_dir})")
+        raise NothingToLoad(f"{path} does not exist (checkpoint={checkpoint} of run {run_dir})", "give checkpoint=best, last, or a checkpoint file")
     return model.eval(), {"config": config, "metrics": metrics, "checkpoint": str(path)}
 
 
@@ -224,6 +224,37 @@ def _restore_when_built(model: MemeClassifier, state: dict[str, torch.Tensor], s
         restore_weights(model, state)
 
 
+def _fitting(state: dict[str, torch.Tensor], expected: Mapping[str, torch.Tensor], path: Path, card: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """`state` when it holds exactly the weights `expected` names, each of its shape: weights for another base (or
+    another family) are refused by name, never half-loaded beside random ones."""
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shapes = [f"{k} {tuple(state[k].shape)} (the model's {tuple(expected[k].shape)})" for k in sorted(set(state) & set(expected)) if state[k].shape != expected[k].shape]
+    if missing or unexpected or shapes:
+        found = "; ".join(
+            f"{what} {', '.join(names[:3])}{' …' if len(names) > 3 else ''}"
+            for what, names in (("lacks", missing), ("holds weights the model lacks:", unexpected), ("other shapes:", shapes))
+            if names
+        )
+        raise WeightsMismatch(f"{path}: does not fit the base {card.get('base_model')!r} its card names: it {found}", REEXPORT)
+    return state
+
+
+def _load_adapter(model: MemeClassifier, folder: Path, card: Mapping[str, Any]) -> None:
+    """A PEFT adapter onto the fresh base, every tensor of its file taken: PEFT itself loads an adapter for another base
+    with missing or unused keys (a warning at most), which would score the bare base under the export's name."""
+    from peft import get_peft_model_state_dict
+
+    path = check_safetensors(folder / "adapter_model.safetensors")
+    saved = load_weights(path)
+    try:
+        model.backbone.load_adapter(folder)
+    except RuntimeError as error:  # torch's "size mismatch for …" from PEFT's load_state_dict
+        reason = str(error).strip().splitlines()[-1].strip()
+        raise WeightsMismatch(f"{path}: does not fit the base {card.get('base_model')!r} its card names: {reason}", REEXPORT) from None
+    _fitting(saved, get_peft_model_state_dict(model.backbone.model), path, card)
+
+
 def _culture(
     folder: str | Path, bases: Mapping[str, str | None] | None = None, command: str | None = None
 ) -> tuple[MemeClassifier, dict[str, Any]]:
@@ -242,8 +273,10 @@ def _culture(
     check_trusted(card.get("heads"), folder / "culture_card.json")
     check_trusted(model_cfg, folder / "model_config.json", root=MODEL_ROOT)
     keys = override_keys(model_cfg)
-    command = command or f"python predict.py adapters={folder}"
-    resolve_bases(model_cfg, folder, bases, command)
+    command = command or f"crossmod predict adapters={folder}"
+    recorded = json.loads(json.dumps(model_cfg))
+    resolve_bases(model_cfg, folder, bases, command)  # a path that leaves the folder is refused first, by its key
+    check_card_bases(card, recorded, folder, REEXPORT, {key for key, value in (bases or {}).items() if value is not None})
     model_cfg["heads"] = card["heads"]
     lora = card["format"] == "peft-lora"
     if not isinstance(model_cfg.get("fusion", {}), dict):
@@ -262,14 +295,15 @@ def _culture(
         fixes = " or ".join(f"model.{key}=<local copy>" for key in keys)
         raise BaseModelError(f"{folder}: cannot load its base model ({cause}). Give this machine's copy: {command} {fixes}") from error
     if lora:
-        check_safetensors(folder / "adapter_model.safetensors")
-        model.backbone.load_adapter(folder)
+        _load_adapter(model, folder, card)
     else:
-        missing, unexpected = model.load_state_dict(load_weights(folder / "model.safetensors"), strict=False)
-        if unexpected or any(k.startswith("backbone.") for k in missing):
-            raise ValueError(f"{folder}/model.safetensors does not fit this family: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        path = folder / "model.safetensors"
+        backbone = {k: v for k, v in model.state_dict().items() if k.startswith("backbone.")}
+        model.load_state_dict(_fitting(load_weights(path), backbone, path, card), strict=False)
     if model.head_layers is not None:
-        model.head_layers.linear.load_state_dict(load_weights(folder / "head.safetensors"))
+        path = folder / "head.safetensors"
+        head = model.head_layers.linear
+        head.load_state_dict(_fitting(load_weights(path), head.state_dict(), path, card))
     if card.get("kind") == "retrieval":
         from crossmod.lib.retrieval_db import attach
 

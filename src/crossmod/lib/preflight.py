@@ -15,6 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from crossmod.lib.user_errors import UserError, require
+from crossmod.lib.value_ranges import check_ranges
 
 Check = Callable[[DictConfig], None]
 TRAIN = "python train.py"
@@ -315,6 +316,7 @@ def train(cfg: DictConfig) -> None:
     folders and the checkpoint to resume from there, a GPU where the trainer asks for one."""
     recipe(cfg, TRAIN)
     require(cfg)
+    check_ranges(cfg)
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
     fold_for_training(cfg)
@@ -329,6 +331,7 @@ def cross_validate(cfg: DictConfig) -> None:
     """cross_validate.py: a training recipe (each fold is train.py), every value set, its data there."""
     recipe(cfg, TRAIN)
     require(cfg)
+    check_ranges(cfg)
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
     retrieval_settings(cfg)
@@ -360,6 +363,7 @@ def prompting(program: str, settings: str, example: str) -> Check:
 def evaluate(cfg: DictConfig) -> None:
     """evaluate.py: ckpt and data set; ckpt names something there; the dataset's folders there."""
     require(cfg, ["ckpt", "data"])
+    check_ranges(cfg)
     what = "run dir | .ckpt file | exported culture folder | folder of runs"
     ckpt = existing(cfg, "ckpt", what)
     if ckpt.is_dir() and not (ckpt / "culture_card.json").is_file() and not any(ckpt.rglob("metrics.json")):
@@ -375,6 +379,7 @@ def predict(cfg: DictConfig) -> None:
     from crossmod.data.remote import is_remote
 
     require(cfg, ["adapters", "inputs"])
+    check_ranges(cfg)
     existing(
         cfg, "adapters", "an exported culture folder: python export.py run=<run dir> writes <run dir>/export/<culture>", "culture_card.json"
     )

@@ -91,10 +91,10 @@ def run_facts(ckpt: Path) -> list[RunFacts]:
         try:
             card = json.loads(card_path.read_text())
         except ValueError:
-            raise SplitError(f"{card_path}: not JSON", "re-export the run with export.py") from None
+            raise SplitError(f"{card_path}: not JSON", "re-export the run (crossmod export run=<run dir>)") from None
         config = card.get("training_config") if isinstance(card, dict) else None
         if not isinstance(config or {}, dict):
-            raise SplitError(f"{card_path}: training_config is not an object", "re-export the run with export.py")
+            raise SplitError(f"{card_path}: training_config is not an object", "re-export the run (crossmod export run=<run dir>)")
         config = config or {}
         # an export carries its run's manifest copy (fold assignment): it is scored and checked like its run folder
         run_dir = ckpt if (ckpt / "manifest.json").is_file() else None
@@ -182,7 +182,7 @@ def _fold_entry(run: RunFacts) -> dict[str, Any]:
         raise SplitError(
             f"{run.source}: exported from fold {run.fold} of {run.num_folds}, but this export holds no fold assignment "
             "(no manifest.json beside its card: exported by an older crossmod)",
-            "re-export the run with export.py, evaluate the run folder for its held-out fold, or give split= explicitly",
+            "re-export the run (crossmod export run=<run dir>), evaluate the run folder for its held-out fold, or give split= explicitly",
         )
     manifest_path = run.run_dir / "manifest.json"
     if not manifest_path.is_file():

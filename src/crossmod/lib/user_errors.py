@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import sys
 import traceback
@@ -151,6 +152,55 @@ def wrapped_refusal(error: BaseException) -> UserError | None:
     return None
 
 
+BUILD_ERRORS = (ValueError, TypeError, OSError)  # what a constructor raises for a setting it cannot take
+
+
+def _keys_building(cfg: Any, target: str) -> list[str]:
+    """The config keys whose `_target_` is `target` (Hydra names it by its module's own path: `torch.optim.adamw.AdamW`
+    for `torch.optim.AdamW`, so the class name and top package decide)."""
+    found: list[str] = []
+
+    def same(value: Any) -> bool:
+        return isinstance(value, str) and (value == target or (value.split(".")[0], value.rsplit(".", 1)[-1]) == (target.split(".")[0], target.rsplit(".", 1)[-1]))
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            if same(node.get("_target_")):
+                found.append(prefix)
+            for key, value in node.items():
+                if key != "hydra":
+                    walk(value, f"{prefix}.{key}" if prefix else str(key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{prefix}[{index}]")
+
+    if isinstance(cfg, DictConfig):
+        walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return found
+
+
+def build_refusal(error: BaseException, cfg: Any = None) -> UserError | None:
+    """A component Hydra could not build from the user's settings, as one line naming its key: Hydra's
+    `InstantiationException` around a constructor's ValueError, TypeError or OSError (`trainer.precision=fp7`,
+    `model.optimizer.betas=[2, 3]`). Other causes are bugs, and stay Hydra's to report."""
+    from hydra.errors import InstantiationException
+
+    outer = next((e for e in error_chain(error) if isinstance(e, InstantiationException)), None)
+    cause = outer.__cause__ if outer is not None else None
+    if not isinstance(cause, BUILD_ERRORS):
+        return None
+    named = re.search(r"target '([\w.]+)'", str(outer))
+    target = named[1] if named else "a component"
+    keys = _keys_building(cfg, target) if named else []
+    where = keys[0] if len(keys) == 1 else target
+    reason = (str(cause).strip().splitlines() or [""])[0][:300]
+    return UserError(
+        f"{where} ({target}) cannot be built from its settings: {type(cause).__name__}: {reason}",
+        f"change {where}'s settings (--cfg job prints them; HYDRA_FULL_ERROR=1 shows the traceback)",
+        where,
+    )
+
+
 def entry_point(check: Callable[[DictConfig], None] | None = None) -> Callable[[F], F]:
     """Decorate an entry point's main (under `@hydra.main`, or a plain `main(argv)`): `check(cfg)` runs
     first (unless `CheckFirst` ran it before Hydra created the run directory), and a `UserError` from it or
@@ -169,7 +219,7 @@ def entry_point(check: Callable[[DictConfig], None] | None = None) -> Callable[[
                 remove_created()
                 refuse(error)
             except Exception as error:  # noqa: BLE001 - a refusal wrapped by Hydra's instantiate is still a refusal
-                refusal = wrapped_refusal(error)
+                refusal = wrapped_refusal(error) or build_refusal(error, args[0] if args else None)
                 if refusal is None:
                     raise
                 remove_created()

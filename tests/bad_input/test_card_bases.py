@@ -1,0 +1,94 @@
+"""An exported folder is the model its card names: its base and its weights are checked against the card before
+anything is scored.
+
+The attacks tamper with a copy of a real export (conftest.py) the way a folder passed from hand to hand can be
+changed: the card's `base_model` edited to claim another base, a shipped base (`base/<name>`) swapped or edited
+after export, the card's record of that base's SHA-256 removed, and weight files that belong to another model (a
+tensor dropped, one added, one of another shape). Before this check each of these loaded and was scored under the
+card's name and numbers; each must now be refused in one line naming the file and what does not match.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from crossmod.lib.bases import BaseModelError
+from crossmod.lib.consolidate import WeightsMismatch
+from crossmod.lib.loading import load
+
+
+def _card(folder: Path) -> dict:
+    return json.loads((folder / "culture_card.json").read_text())
+
+
+def _shipped(folder: Path) -> Path:
+    (entry,) = [e for e in _card(folder)["base_provenance"] if e["named"].startswith("./base/")][:1]
+    return folder / entry["named"].removeprefix("./")
+
+
+def test_the_untouched_copy_loads(culture_copy):
+    model, card = load(culture_copy)
+    assert card["card"]["culture"] == "US" and _card(culture_copy)["base_provenance"]
+
+
+def test_a_card_naming_another_base_is_refused(culture_copy):
+    card = _card(culture_copy)
+    (culture_copy / "culture_card.json").write_text(json.dumps({**card, "base_model": "Qwen/Qwen2-VL-72B-Instruct"}))
+    with pytest.raises(BaseModelError, match=r"culture_card.json: base_model is 'Qwen/Qwen2-VL-72B-Instruct', but .*model_config.json builds"):
+        load(culture_copy)
+
+
+@pytest.mark.parametrize("change", ["edited", "added", "removed"])
+def test_a_shipped_base_changed_after_export_is_refused(culture_copy, change):
+    base = _shipped(culture_copy)
+    config = base / "config.json"
+    if change == "edited":
+        values = json.loads(config.read_text())
+        config.write_text(json.dumps({**values, "layer_norm_eps": 0.5}))  # still loads, but scores another model
+    elif change == "added":
+        (base / "extra.safetensors").write_bytes((culture_copy / "head.safetensors").read_bytes())
+    else:
+        next(p for p in sorted(base.rglob("*")) if p.is_file() and p.name != "config.json").unlink()
+    with pytest.raises(BaseModelError, match=rf"{base}: its files' SHA-256 begins [0-9a-f]{{12}}, not the [0-9a-f]{{12}} that culture_card.json"):
+        load(culture_copy)
+
+
+def test_a_shipped_base_without_its_recorded_hash_is_refused(culture_copy):
+    card = _card(culture_copy)
+    card["base_provenance"] = [{k: v for k, v in e.items() if k != "sha256"} for e in card["base_provenance"]]
+    (culture_copy / "culture_card.json").write_text(json.dumps(card))
+    with pytest.raises(BaseModelError, match=r"base_provenance for \./base/\S+ has no SHA-256 of its files"):
+        load(culture_copy)
+
+
+@pytest.mark.parametrize("shape", ["not_a_list", "a_list_of_strings"])
+def test_a_provenance_of_the_wrong_shape_is_named(culture_copy, shape):
+    card = _card(culture_copy)
+    card["base_provenance"] = "./base/x" if shape == "not_a_list" else ["./base/x"]
+    (culture_copy / "culture_card.json").write_text(json.dumps(card))
+    with pytest.raises(BaseModelError, match=r"culture_card.json: base_provenance is not a list of objects"):
+        load(culture_copy)
+
+
+@pytest.mark.parametrize("file", ["model.safetensors", "head.safetensors"])
+@pytest.mark.parametrize("change", ["dropped", "added", "reshaped"])
+def test_weights_of_another_model_are_refused_by_name(culture_copy, file, change):
+    path = culture_copy / file
+    state = load_file(str(path))
+    name = sorted(state)[0]
+    if change == "dropped":
+        state.pop(name)
+        said = rf"lacks {name}"
+    elif change == "added":
+        state["backbone.planted.weight"] = state[name].clone()
+        said = r"holds weights the model lacks: backbone.planted.weight"
+    else:
+        state[name] = state[name].flatten()[:-1].clone() if state[name].numel() > 1 else state[name].repeat(2)
+        said = rf"other shapes: {name} \("
+    save_file(state, str(path))
+    with pytest.raises(WeightsMismatch, match=rf"{file}: does not fit the base .* its card names: it .*{said}"):
+        load(culture_copy)
