@@ -1,7 +1,7 @@
 """The per-culture cross-validation protocol (Multi3Hate's FT-<culture> models) run twice: by crossmod as `train.py` runs
 each fold, and by transformers.Trainer + PEFT as a user would write it, over the same memes, folds and batches.
 
-Used by bench/vision_cache.py. The memes are the study's released layout (REFERENCE.md §1: `memes/{lang}/{Template}/
+Used by bench/vision_cache.py. The memes are the study's released layout (the Multi3Hate study, docs/datasets.md: `memes/{lang}/{Template}/
 {id}.jpg` at 512 px with the caption drawn on, `captions/{lang}.csv`, `final_annotations.csv`), rendered like
 bench/rendered_memes.py's, with random culture labels. Both variants train one model per culture and fold from the same
 weights (LoRA on q and v, r 8, α 16, one logit on the last token, AdamW lr 2e-4 constant, no clipping) and score the

@@ -136,6 +136,41 @@ def test_each_experiment_runs_one_fast_step(experiment, train_run, raw_dirs, tin
     tested = run_dir / "predictions" / "test.csv"
     if tested.is_file() and labelled_pairs(*read_predictions(tested)):
         assert (run_dir / "roc_test.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _check_calibration(run_dir, logged)
+
+
+def _check_calibration(run_dir: Path, logged: str) -> None:
+    """Every binary head with both classes on val has a temperature fitted there, and the test scores recorded before
+    and after it are scikit-learn's on the test predictions (the temperature applied by hand); the table and the
+    reliability figure are in the run folder. Nothing is fitted without both stages."""
+    import json
+
+    import numpy as np
+    from sklearn.metrics import brier_score_loss, log_loss
+
+    from crossmod.evaluation.alignment import read_predictions
+    from crossmod.evaluation.predictions import labelled_pairs
+
+    val, test = run_dir / "predictions" / "val.csv", run_dir / "predictions" / "test.csv"
+    calibration = json.loads((run_dir / "metrics.json").read_text()).get("calibration")
+    expected = set()
+    if val.is_file() and test.is_file():
+        held_out = labelled_pairs(*read_predictions(test))
+        expected = {h for h, (y, _) in labelled_pairs(*read_predictions(val)).items() if len(set(y.tolist())) == 2 and h in held_out}
+    assert set((calibration or {}).get("heads", {})) == expected
+    if not expected:
+        assert "Calibration on the test memes" not in logged
+        return
+    assert "Calibration on the test memes" in logged and calibration["rule"].startswith("temperature fitted per head on the validation")
+    for head, row in calibration["heads"].items():
+        y, p = held_out[head]
+        clipped = np.clip(p, 1e-12, 1 - 1e-12)
+        after = 1 / (1 + np.exp(-(np.log(clipped) - np.log1p(-clipped)) / row["temperature"]))
+        assert row["before"]["brier"] == pytest.approx(brier_score_loss(y, p)) and row["after"]["brier"] == pytest.approx(brier_score_loss(y, after))
+        assert row["before"]["log_loss"] == pytest.approx(log_loss(y, p, labels=[0, 1]))
+        assert row["after"]["log_loss"] == pytest.approx(log_loss(y, after, labels=[0, 1]))
+        assert row["before"]["n"] == len(y) and row["temperature"] > 0
+    assert (run_dir / "reliability_test.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_hateful_memes_recipe_protocol_is_composed(train_run, raw_dirs):

@@ -137,7 +137,7 @@ def test_option_set_parses_in_the_prompt_order():
 
 
 # Native answers: (language, generation, expected when the first option is Hate, expected when the second is).
-# The option blocks are the study's (REFERENCE.md §1): de "a: Hass / b: Kein Hass", es "a: Odio / b: Sin odio",
+# The option blocks are the study's (the Multi3Hate study, docs/datasets.md): de "a: Hass / b: Kein Hass", es "a: Odio / b: Sin odio",
 # hi "क: घृणा / ख: गैर नफरत", zh "a：仇恨 / b：非仇恨" (full-width colons), swapped in odd prompts.
 NATIVE = [
     # the option labels alone, and with their letter

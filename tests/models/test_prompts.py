@@ -1,4 +1,4 @@
-"""The rendered Multi3Hate zero-shot prompts against the study's strings, written out from shared/REFERENCE.md §1.
+"""The rendered Multi3Hate zero-shot prompts against the study's strings, written out from the Multi3Hate study (docs/datasets.md).
 
 Every one of 6 prompts × 5 meme languages × {IMG, +CAPT} × {plain, country} with the English prompts, and
 6 × 5 × {IMG, +CAPT} with the native prompt sets, is rendered from the shipped config (configs/model/vlm.yaml)

@@ -30,3 +30,17 @@ def test_every_defined_metric_has_a_column_with_the_runs_numbers():
         shown = f"{val['US'][metric]:.3f} / {test['US'][metric]:.3f}" if metric not in REFERENCE_METRICS else f"{test['US'][metric]:.3f}"
         assert shown in printed, (metric, printed)
     assert "0.280" in printed and max(len(line) for line in printed.splitlines()) <= 80  # fits a terminal
+
+
+def test_the_calibration_table_shows_before_and_after_with_the_temperature():
+    from crossmod.lib.report import calibration_table
+
+    row = {"ece": 0.123, "brier": 0.2, "log_loss": 0.6}
+    calibration = {
+        "heads": {"US": {"temperature": 1.75, "before": row, "after": {"ece": 0.045, "brier": 0.19, "log_loss": 0.55}}},
+        "mean": {"before": row, "after": {"ece": 0.045, "brier": 0.19, "log_loss": 0.55}},
+    }
+    out = io.StringIO()
+    Console(file=out, width=100).print(calibration_table(calibration, "Calibration on the test memes"))
+    printed = out.getvalue()
+    assert "0.123 → 0.045" in printed and "1.750" in printed and "fitted on val" in printed

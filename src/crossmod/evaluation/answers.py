@@ -1,6 +1,6 @@
 """Read a zero-shot VLM's free-text answer to the Multi3Hate two-option question as 1 / 0 / None.
 
-Protocol (shared/REFERENCE.md §1): the prompt ends with "\\nChoose:\\na: Hate\\nb: Non-hate\\n" or the swapped
+Protocol (the Multi3Hate study, docs/datasets.md): the prompt ends with "\\nChoose:\\na: Hate\\nb: Non-hate\\n" or the swapped
 order; prompt index = 2·question + order and an even index means the first letter is Hate — the rule lives
 here only (`option_order`), the prompt builder and the parser both ask it. Native-language prompts use their
 own option labels ("Hass" / "Kein Hass", "Odio" / "Sin odio", "घृणा" / "गैर नफरत", "仇恨" / "非仇恨") and, in

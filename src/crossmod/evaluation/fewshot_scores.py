@@ -1,4 +1,4 @@
-"""ToxicTags few-shot answers read as class indices, and macro F1 per stage (shared/REFERENCE.md §4).
+"""ToxicTags few-shot answers read as class indices, and macro F1 per stage (the ToxicTags study, docs/datasets.md).
 
 Stage I asks toxic or normal, stage II hateful, dangerous, offensive or normal (undecided memes are not
 asked). A generation (greedy, up to 30 tokens) is read as the one class it names:

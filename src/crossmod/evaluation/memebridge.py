@@ -1,6 +1,6 @@
 """MemeBridge prompting scores as pure functions: answers parsed, task accuracies, explanation similarity, PS.
 
-Protocol (shared/REFERENCE.md §5): a model answers a three-option MCQ (the correct explanation and two
+Protocol (the MemeBridge study, docs/datasets.md): a model answers a three-option MCQ (the correct explanation and two
 misreadings, letters A/B/C), names the meme's sentiment (3 classes) and emotions (multi-label, scored by
 the subset rule: correct when the gold set ⊆ the predicted set), and writes an explanation, scored by the
 cosine similarity of its sentence embedding to the original explanation's (Sim_orig) and to the

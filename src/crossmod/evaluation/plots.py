@@ -34,6 +34,27 @@ def roc_figure(scores: dict[str, tuple[np.ndarray, np.ndarray]], path: Path | Bi
     return path
 
 
+def reliability_figure(
+    curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]], path: Path | BinaryIO, title: str
+) -> Path | BinaryIO:
+    """One panel per head: observed rate against mean probability per bin, one line per curve
+    (`curves[head][name] = (mean probability, observed rate)`, e.g. before and after calibration), the diagonal for
+    perfect calibration."""
+    fig, axes = plt.subplots(1, len(curves), figsize=(3 * len(curves), 3.4), squeeze=False, sharey=True)
+    for ax, (head, named) in zip(axes[0], curves.items(), strict=True):
+        ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
+        for name, (predicted, observed) in named.items():
+            ax.plot(predicted, observed, marker="o", markersize=3, label=name)
+        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean probability", title=head)
+        ax.legend(loc="upper left", fontsize=7)
+    axes[0][0].set_ylabel("observed rate")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def alignment_heatmap(matrix: dict[str, dict[str, float]], path: Path | BinaryIO, title: str) -> Path | BinaryIO:
     """Rows: heads (or per-culture models); columns: each culture's labels; cell: AUROC."""
     rows, cols = list(matrix), list(next(iter(matrix.values())))

@@ -92,3 +92,28 @@ def threshold_on_selection(predictions: Path) -> dict[str, Any] | None:
         "heads": per_head,
         "mean": mean,
     }
+
+
+def calibration_on_selection(predictions: Path) -> dict[str, Any] | None:
+    """Per binary head (and their mean), the held-out memes' ECE, Brier score and log-loss before and after a
+    temperature fitted on the validation (selection) stage: `predictions/val.csv` and `test.csv`, as for the threshold
+    above; None without both files or without a head with two classes on val."""
+    from crossmod.evaluation.calibration import temperature_on_selection
+    from crossmod.evaluation.predictions import labelled_pairs
+
+    val, test = predictions / "val.csv", predictions / "test.csv"
+    if not (val.is_file() and test.is_file()):
+        return None
+    per_head = temperature_on_selection(labelled_pairs(*read_predictions(val)), labelled_pairs(*read_predictions(test)))
+    if not per_head:
+        return None
+    mean = {
+        when: {name: float(np.mean([h[when][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}
+        for when in ("before", "after")
+    }
+    return {
+        "rule": "temperature fitted per head on the validation (selection) split by log-loss, applied once to the test stage",
+        "bins": next(iter(per_head.values()))["before"]["bins"],
+        "heads": per_head,
+        "mean": mean,
+    }

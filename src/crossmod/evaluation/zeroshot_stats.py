@@ -1,6 +1,6 @@
 """Zero-shot Multi3Hate statistics: accuracy per (meme language, culture, prompt) → mean ± std → markers.
 
-The study (shared/REFERENCE.md §1) reports, for each meme language and each culture's labels, the mean ±
+The Multi3Hate study (docs/datasets.md) reports, for each meme language and each culture's labels, the mean ±
 sample std (ddof=1) of accuracy over the 6 prompts, and a Wilcoxon rank-sum test between cultures' 6
 per-prompt accuracies (here the exact one, `crossmod.evaluation.rank_sum`): ``*`` on the best culture when it beats the
 lowest (p < .05), ``**`` when it also beats the second best. That is what shows "US alignment": for memes in

@@ -1,4 +1,4 @@
-"""Few-shot exemplar retrieval as pure functions of embeddings (ToxicTags, shared/REFERENCE.md §4).
+"""Few-shot exemplar retrieval as pure functions of embeddings (the ToxicTags study, docs/datasets.md).
 
 A query meme gets the k training memes that score highest under a strategy:
 - `random`: k memes drawn per query from a generator seeded by (seed, query id), so a query's draw

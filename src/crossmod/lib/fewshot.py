@@ -1,4 +1,4 @@
-"""ToxicTags few-shot VLM prompting with retrieved exemplars (shared/REFERENCE.md §4), the study's method:
+"""ToxicTags few-shot VLM prompting with retrieved exemplars (the ToxicTags study, docs/datasets.md), the study's method:
 
     crossmod fewshot experiment=toxictags_fewshot data.raw_dir=… selection=image_tags shots=4 stage=2
 

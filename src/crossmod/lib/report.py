@@ -106,3 +106,30 @@ def print_baselines(metrics: dict[str, Any]) -> None:
     if languages and languages.get("note"):
         console.print(f"Languages: {languages['note']}.", soft_wrap=True, markup=False)  # a shared run's words, not markup
     to_log_files(console)
+
+
+def calibration_table(calibration: dict[str, Any], title: str) -> Table:
+    """Per binary head and their mean: the test memes' ECE, Brier score and log-loss before → after the temperature
+    fitted on val (the selection split), and that temperature."""
+    table = Table(title=title)
+    table.add_column("head", justify="left")
+    for column in ("ECE", "Brier", "log-loss"):
+        table.add_column(f"{column}\ntest\nbefore → after", justify="right", no_wrap=True)
+    table.add_column("temperature\n(fitted on val)", justify="right")
+    rows = {**calibration["heads"], "mean": calibration["mean"]}
+    for head, row in rows.items():
+        cells = [f"{_fmt(row['before'][name])} → {_fmt(row['after'][name])}" for name in ("ece", "brier", "log_loss")]
+        temperature = f"{row['temperature']:.3f}" if "temperature" in row else "—"
+        table.add_row(head, *cells, temperature, style="bold" if head == "mean" else None)
+    return table
+
+
+def print_calibration(metrics: dict[str, Any]) -> None:
+    """The calibration table and its rules (the temperature's split, ECE's bins), when the run has both stages."""
+    calibration = metrics.get("calibration")
+    if not calibration:
+        return
+    console = Console(record=True)
+    console.print(calibration_table(calibration, "Calibration on the test memes"))
+    console.print(f"{calibration['rule']}; ECE over {calibration['bins']}.", soft_wrap=True, markup=False)
+    to_log_files(console)

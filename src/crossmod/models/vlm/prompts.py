@@ -1,6 +1,6 @@
 """The Multi3Hate zero-shot prompts as data: 3 questions × 2 option orders, caption, country and native variants.
 
-The texts are the study's, verbatim, in the model config (`model.prompt`, shared/REFERENCE.md §1); this module
+The texts are the study's, verbatim, in the model config (`model.prompt`, the Multi3Hate study, docs/datasets.md); this module
 only assembles the user turn the model's own chat template then renders, exactly as the study did:
 
     text 1 = definition + "\\n\\n" + question + meme prefix,   the image,   text 2 = [caption line] + option block
@@ -8,7 +8,7 @@ only assembles the user turn the model's own chat template then renders, exactly
 Prompt index = 2·question + order; which order lists Hate first is decided by `crossmod.evaluation.answers.option_order`
 (the parser asks the same rule). Variants:
 - `input`: `image` (IMG), `image_caption` (+CAPT: the caption line opens text 2), `caption` (no image; the
-  text is otherwise unchanged, REFERENCE gives no separate wording for it).
+  text is otherwise unchanged, the study gives no separate wording for it).
 - `country`: `language` puts the meme language's country (`countries`) into the question, the study's three
   different insertions (`country_questions`); `head` asks every meme once per label head, each time in that
   head's culture's country (`head_countries`: a verbalizer then answers for each culture in its own name);
