@@ -328,3 +328,11 @@ def test_a_build_refusal_names_the_key_whose_target_failed():
             raise InstantiationException("Error in call to target 'torch.optim.adamw.AdamW'") from cause
     except InstantiationException as error:
         assert build_refusal(error, cfg) is None  # a bug is Hydra's to report, traceback and all
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [("policy.act.precision=1.5", "policy.act.precision is 1.5, not a number in (0, 1]"), ("+policy.remove={precision: 0.9}", "policy action 'remove'")],
+)
+def test_a_policy_that_cannot_be_applied_is_named_before_training(tmp_path, override, said):
+    _refused(_run(tmp_path, "train.py", "policy=cautious", override), tmp_path, said, "policy=cautious")

@@ -92,3 +92,21 @@ def test_weights_of_another_model_are_refused_by_name(culture_copy, file, change
     save_file(state, str(path))
     with pytest.raises(WeightsMismatch, match=rf"{file}: does not fit the base .* its card names: it .*{said}"):
         load(culture_copy)
+
+
+@pytest.mark.parametrize("temperature", [0, -1.5, "2", float("nan"), True])
+def test_a_card_temperature_that_cannot_be_one_is_refused(culture_copy, temperature):
+    """predict divides every logit by the card's temperature: one that is not a number above 0 is named, not used."""
+    card = _card(culture_copy)
+    (culture_copy / "culture_card.json").write_text(json.dumps({**card, "calibration": {"temperature": temperature}}))
+    with pytest.raises(ValueError, match=r"culture_card.json: calibration.temperature is .*, not a number above 0"):
+        load(culture_copy)
+
+
+@pytest.mark.parametrize("actions", [{"act": {"threshold": 2.0}}, {"remove": {"threshold": 0.5}}, {"act": {}}, "act"])
+def test_a_card_policy_that_cannot_decide_is_refused(culture_copy, actions):
+    """predict acts on a card's policy thresholds: one outside [0, 1], an unknown action or none at all is named."""
+    card = _card(culture_copy)
+    (culture_copy / "culture_card.json").write_text(json.dumps({**card, "policy": {"name": "p", "actions": actions}}))
+    with pytest.raises(ValueError, match=r"culture_card.json: policy"):
+        load(culture_copy)

@@ -172,6 +172,18 @@ def _broken(case: str) -> tuple[str, str]:
     if case == "threshold_nan":
         result["selection_threshold"] = {"heads": {"US": {"val_threshold": float("nan")}}, "mean": {}}
         return json.dumps(result), "selection_threshold.heads.US"
+    calibrated = {"ece": 0.1, "brier": 0.2, "log_loss": 0.5}
+    if case == "temperature_zero":
+        row = {"temperature": 0.0, "before": calibrated, "after": calibrated}
+        result["calibration"] = {"heads": {"US": row}, "mean": {"before": calibrated, "after": calibrated}}
+        return json.dumps(result), "calibration.heads.US.temperature"
+    if case == "ece_above_one":
+        row = {"temperature": 1.2, "before": {**calibrated, "ece": 1.7}, "after": calibrated}
+        result["calibration"] = {"heads": {"US": row}, "mean": {"before": calibrated, "after": calibrated}}
+        return json.dumps(result), "calibration.heads.US.before"
+    if case == "calibration_without_heads":
+        result["calibration"] = {"mean": {"before": calibrated, "after": calibrated}}
+        return json.dumps(result), "calibration needs heads"
     raise AssertionError(case)
 
 
@@ -180,6 +192,7 @@ CASES = [
     "threshold_scores_not_numbers",
     *("held_out_nan", "auroc_above_one", "negative_loss", "probability_infinite", "probability_above_one", "a_meme_scored_twice"),
     "threshold_nan",
+    *("temperature_zero", "ece_above_one", "calibration_without_heads"),
 ]
 
 

@@ -108,3 +108,24 @@ def test_missing_and_duplicated_folds_are_described_and_only_single_folds_kept()
     assert problems == ["missing folds [2] of 3", "fold 0 appears 2 times (a, b); left out"]
     _, problems = check_folds([(fold(0), "a"), ({"fold": 1, "num_folds": 2}, "b")])
     assert problems[0] == "runs disagree on num_folds: [2, 3]"
+
+
+def test_calibration_before_and_after_each_folds_temperature_is_averaged_over_folds():
+    def calibrated(ece_before: float, ece_after: float, temperature: float) -> dict:
+        before, after = {"ece": ece_before, "brier": 0.2, "log_loss": 0.6}, {"ece": ece_after, "brier": 0.1, "log_loss": 0.5}
+        row = {"temperature": temperature, "before": before, "after": after}
+        return {"rule": "temperature fitted …", "bins": "10 equal-width bins", "heads": {"US": row}, "mean": {"before": before, "after": after}}
+
+    results = {0: _fold(0, "inner", 0.8, FOLD0), 1: _fold(1, "inner", 0.6, FOLD1)}
+    results[0]["calibration"], results[1]["calibration"] = calibrated(0.3, 0.1, 2.0), calibrated(0.1, 0.05, 1.0)
+    summary = summarise(results, pool_out_of_fold(results))
+    metrics = summary["calibration"]["metrics"]
+    assert metrics["cv/US/ece_before_mean"] == pytest.approx(0.2) and metrics["cv/US/ece_after_mean"] == pytest.approx(0.075)
+    assert metrics["cv/US/temperature_mean"] == pytest.approx(1.5) and metrics["cv/US/temperature_std"] == pytest.approx(math.sqrt(0.5))
+    assert "cv/mean/temperature_mean" not in metrics  # a temperature is per head
+    text = cv_markdown("x", [0, 1], [], summary)
+    assert "| US | 0.200 → 0.075 | 0.200 → 0.100 | 0.600 → 0.500 | 1.500 ± 0.707 |" in text
+    assert "| mean | 0.200 → 0.075 | 0.200 → 0.100 | 0.600 → 0.500 | — |" in text and "each fold's own" in text
+    del results[1]["calibration"]  # one fold without: no mean over the folds that have one, and no table
+    summary = summarise(results, pool_out_of_fold(results))
+    assert summary["calibration"] is None and "Calibration of the held-out folds" not in cv_markdown("x", [0, 1], [], summary)

@@ -44,3 +44,16 @@ def test_the_calibration_table_shows_before_and_after_with_the_temperature():
     Console(file=out, width=100).print(calibration_table(calibration, "Calibration on the test memes"))
     printed = out.getvalue()
     assert "0.123 → 0.045" in printed and "1.750" in printed and "fitted on val" in printed
+
+
+def test_the_policy_table_shows_each_threshold_with_its_interval_or_why_there_is_none():
+    from crossmod.lib.report import policy_table
+
+    act = {"target": "precision", "goal": 0.9, "threshold": 0.8123, "reached": 0.92, "interval": [0.81, 0.97], "hits": 46, "trials": 50,
+           "test": {"precision": 0.88, "recall": 0.4}}
+    review = {"target": "recall", "goal": 0.95, "why": "the selection split has no hateful meme among its 10"}
+    out = io.StringIO()
+    Console(file=out, width=160).print(policy_table({"name": "cautious", "heads": {"US": {"act": act, "review": review}}}, "Policy"))
+    printed = out.getvalue()
+    assert "0.8123" in printed and "0.920 [0.810, 0.970] (46/50)" in printed and "0.880 / 0.400" in printed
+    assert "unreachable: the selection split has no hateful meme" in printed and "recall ≥ 0.95" in printed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -123,7 +124,7 @@ def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_
 
 
 def test_classifier_family_export_predicts_the_runs_scores(train_run, tmp_path):
-    train_run(*SMALL_DATA, "debug=limit", env={"CROSSMOD_RUN_ID": "concat"})
+    train_run(*SMALL_DATA, "debug=limit", "policy=cautious", env={"CROSSMOD_RUN_ID": "concat"})
     run = train_run.log_dir / "synthetic_concat" / "runs" / "concat"
     _cli("export.py", f"run={run}", f"out={tmp_path / 'export'}")
     assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["CN", "DE", "IN", "MX", "US"]
@@ -133,6 +134,22 @@ def test_classifier_family_export_predicts_the_runs_scores(train_run, tmp_path):
     rows = [json.loads(line) for line in open(tmp_path / "mx.jsonl")]
     predicted = {r["id"]: r["MX_probability"] for r in rows}
     assert all(r["MX_decision"] == int(r["MX_probability"] >= 0.3) for r in rows)
+    # the temperature the run fitted on val travels in the card, and predict writes the calibrated probability beside
+    card = json.loads((folder / "culture_card.json").read_text())
+    recorded = json.loads((run / "metrics.json").read_text())["calibration"]["heads"]["MX"]
+    assert card["calibration"]["temperature"] == recorded["temperature"] and card["calibration"]["test"]["after"] == recorded["after"]
+    for r in rows:
+        logit = math.log(r["MX_probability"]) - math.log1p(-r["MX_probability"])
+        assert r["MX_probability_calibrated"] == pytest.approx(1 / (1 + math.exp(-logit / recorded["temperature"])), abs=1e-9)
+    # the policy's thresholds, chosen on val per culture, travel in the card; predict acts on the raw probability
+    policy = json.loads((run / "metrics.json").read_text())["policy"]
+    assert policy["name"] == "cautious" and card["policy"]["actions"] == policy["heads"]["MX"]
+    cuts = {action: record.get("threshold") for action, record in card["policy"]["actions"].items()}
+    for r in rows:
+        expected = next((a for a in ("act", "review") if cuts.get(a) is not None and r["MX_probability"] >= cuts[a]), "allow")
+        assert r["MX_action"] == expected and r["policy"] == "cautious"
+    for action, record in policy["heads"]["MX"].items():  # a threshold and its counts, or the reason there is none
+        assert ("threshold" in record and record["hits"] <= record["trials"]) or "why" in record, (action, record)
     tested = _scores(run / "predictions" / "test.csv", "MX")
     assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
     # two processes (trainer=ddp_cpu, gloo): every meme once, in the input order, the single-process scores

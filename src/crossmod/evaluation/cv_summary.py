@@ -18,7 +18,7 @@ from crossmod.data.selection_rules import RULES
 from crossmod.evaluation.alignment import BEST, alignment_matrix, alignment_table
 from crossmod.evaluation.baselines import LABELS
 from crossmod.evaluation.predictions import binary_scores
-from crossmod.evaluation.summary import mean_std
+from crossmod.evaluation.summary import mean_std, shown
 
 Where = TypeVar("Where")  # what locates a fold result in messages (its run directory)
 FoldResult = dict[str, Any]
@@ -152,6 +152,51 @@ def _threshold_scores(result: FoldResult) -> dict[str, dict[str, float]]:
     return {**heads, "mean": recorded["mean"]} if heads else {}
 
 
+def _calibration_scores(result: FoldResult) -> dict[str, dict[str, float]]:
+    """Head (and `mean`) → the held-out fold's ECE, Brier and log-loss before and after the temperature its selection
+    split chose, and that temperature, as the fold result recorded them."""
+    recorded = result.get("calibration") or {}
+    rows = {**(recorded.get("heads") or {}), **({"mean": recorded["mean"]} if recorded.get("heads") else {})}
+    return {
+        head: {
+            **{f"{name}_{when}": row[when][name] for when in ("before", "after") for name in ("ece", "brier", "log_loss")},
+            **({"temperature": row["temperature"]} if "temperature" in row else {}),
+        }
+        for head, row in rows.items()
+    }
+
+
+def summarise_calibration(results: Mapping[int, FoldResult]) -> dict[str, Any] | None:
+    """Mean ± sample std over folds of each fold's held-out calibration scores before and after its own temperature
+    (fitted on its selection split); None unless every fold recorded one."""
+    per_fold = [_calibration_scores(r) for r in results.values()]
+    if not per_fold or not all(per_fold):
+        return None
+    first = next(iter(results.values()))["calibration"]
+    return {"rule": first["rule"], "bins": first["bins"], "metrics": prefixed_mean_std(_per_head_metric(per_fold), "cv")}
+
+
+def calibration_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
+    """The held-out folds' ECE, Brier score and log-loss before → after each fold's temperature (means over folds)."""
+    calibration = result.get("calibration")
+    if not calibration:
+        return []
+    metrics = calibration["metrics"]
+
+    def cell(head: str, name: str) -> str:
+        before, after = metrics.get(f"cv/{head}/{name}_before_mean"), metrics.get(f"cv/{head}/{name}_after_mean")
+        return "—" if before is None or after is None else f"{before:.3f} → {after:.3f}"
+
+    lines = ["", "Calibration of the held-out folds, before → after each fold's temperature (means over folds):", ""]
+    lines += ["| head | ECE | Brier | log-loss | temperature |", "|---|---|---|---|---|"]
+    for head in heads:
+        mean, std = metrics.get(f"cv/{head}/temperature_mean"), metrics.get(f"cv/{head}/temperature_std")
+        temperature = "—" if mean is None else f"{mean:.3f} ± {std:.3f}"
+        lines.append(f"| {head} | {cell(head, 'ece')} | {cell(head, 'brier')} | {cell(head, 'log_loss')} | {temperature} |")
+    lines += ["", f"Rule: {shown(calibration['rule'])}, each fold's own; ECE over {shown(calibration['bins'])}."]  # a shared file's words
+    return lines
+
+
 def summarise(results: Mapping[int, FoldResult], oof: PooledOOF) -> dict[str, Any]:
     """Mean ± sample std over folds of the held-out folds' metrics, plus pooled out-of-fold scores."""
     summary = prefixed_mean_std(_per_head_metric([r["held_out"] for r in results.values()]), "cv")
@@ -169,6 +214,7 @@ def summarise(results: Mapping[int, FoldResult], oof: PooledOOF) -> dict[str, An
         "selection": {"rule": rule, "description": RULES[rule]},
         "metrics": summary,
         "baselines": summarise_baselines(results),
+        "calibration": summarise_calibration(results),
         "pooled_oof_auroc": {head: row[head] for head, row in alignment.items() if head in row},  # own labels, all folds pooled
         "alignment": alignment,
         "oof_samples": oof.samples,
@@ -210,7 +256,7 @@ def baselines_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
         means = [m for m, _ in others if m is not None]
         delta = f"{model[0] - max(means):+.3f}" if model[0] is not None and means else "—"
         lines.append(f"| {head} | " + " | ".join(text) + f" | {delta} |")
-    lines += [""] + [f"- {kind}: {b['name']}; {b['rule']}." for kind, b in baselines.items()]
+    lines += [""] + [f"- {shown(kind)}: {shown(b['name'])}; {shown(b['rule'])}." for kind, b in baselines.items()]  # a shared file's words
     return lines
 
 
@@ -248,6 +294,7 @@ def cv_markdown(name: str, folds: list[int], problems: list[str], result: dict[s
         lines.append(f"| {head} | " + " | ".join(cells) + f" | {'' if pooled is None else f'{pooled:.3f}'} |")
     lines += ["", CV_COLUMNS_NOTE]
     lines += baselines_markdown(result, heads)
+    lines += calibration_markdown(result, heads)
     if not result["alignment"]:
         return "\n".join([*lines, "", "No binary heads: no pooled ROC or alignment matrix.", ""])
     lines += ["", f"Alignment (AUROC of each head's scores against each culture's labels; {BEST} = best culture; no test):", ""]

@@ -117,3 +117,35 @@ def calibration_on_selection(predictions: Path) -> dict[str, Any] | None:
         "heads": per_head,
         "mean": mean,
     }
+
+
+def policy_on_selection(predictions: Path, policy: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Per binary head: each action's threshold chosen on the validation (selection) stage, with its counts and
+    interval there, and the test stage's precision and recall at it, applied once; a target val cannot meet is said
+    (`unreachable`). None without both files."""
+    from dataclasses import asdict
+
+    from crossmod.evaluation.policies import Threshold, choose_thresholds, held_out_rates
+    from crossmod.evaluation.predictions import labelled_pairs
+
+    val, test = predictions / "val.csv", predictions / "test.csv"
+    if not (val.is_file() and test.is_file()):
+        return None
+    targets = {action: dict(target) for action, target in policy.items() if action != "name"}
+    selection, held_out = labelled_pairs(*read_predictions(val)), labelled_pairs(*read_predictions(test))
+    heads: dict[str, dict[str, Any]] = {}
+    for head, (y, p) in selection.items():
+        if head not in held_out:
+            continue
+        heads[head] = {}
+        for action, chosen in choose_thresholds(y, p, targets).items():
+            record = asdict(chosen)
+            if isinstance(chosen, Threshold):
+                record["test"] = held_out_rates(*held_out[head], chosen)
+            heads[head][action] = record
+    return {
+        "name": str(policy.get("name") or "unnamed"),
+        "targets": targets,
+        "rule": "per culture, each action's threshold chosen on the validation (selection) split, applied once to the test stage",
+        "heads": heads,
+    }

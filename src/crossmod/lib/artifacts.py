@@ -96,7 +96,27 @@ def read_card(path: Path) -> dict[str, Any]:
     bad = [name for name, head in card["heads"].items() if not isinstance(head, dict)]
     if bad:
         raise ExportError(f"{path}: heads.{bad[0]} is not an object (e.g. {{kind: binary}})", REEXPORT)
+    calibration = card.get("calibration")
+    temperature = calibration.get("temperature") if isinstance(calibration, dict) else None
+    usable = isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and 0 < temperature < float("inf")
+    if calibration is not None and not usable:
+        raise ExportError(f"{path}: calibration.temperature is {temperature!r}"[:200] + ", not a number above 0", REEXPORT)
+    _check_policy(card.get("policy"), path)
     return card
+
+
+def _check_policy(policy: Any, path: Path) -> None:
+    """A card's policy: a name and, per action (act, review), a threshold in [0, 1] or the reason it has none."""
+    if policy is None:
+        return
+    actions = policy.get("actions") if isinstance(policy, dict) else None
+    if not isinstance(actions, dict) or not isinstance(policy.get("name"), str):
+        raise ExportError(f"{path}: policy needs a name and actions", REEXPORT)
+    for action, record in actions.items():
+        threshold = record.get("threshold") if isinstance(record, dict) else None
+        number = isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and 0 <= threshold <= 1
+        if action not in ("act", "review") or not (number or (isinstance(record, dict) and isinstance(record.get("why"), str))):
+            raise ExportError(f"{path}: policy.actions.{action}"[:200] + " is not an action with a threshold in [0, 1] (or why it has none)", REEXPORT)
 
 
 def check_safetensors(path: Path, fix: str = REEXPORT) -> Path:
@@ -319,6 +339,10 @@ def _write_culture(
         "trained_on": _trained_on(run_dir, metrics, info["config"]),
         "selection": _portable_selection(metrics.get("selection"), run_dir),
         "metrics_per_fold": fold_metrics(run_dir, metrics.get("experiment"), culture),
+        # the temperature fitted on the run's selection split, which predict applies beside the raw probability
+        "calibration": _culture_calibration(metrics.get("calibration"), culture),
+        # the moderation policy's thresholds for this culture, chosen on the run's selection split (predict applies them)
+        "policy": _culture_policy(metrics.get("policy"), culture),
         # the baselines fitted on the same training memes, scored on the same memes as `metrics` (this culture's rows)
         "baselines": _culture_baselines(metrics.get("baselines"), culture),
         "training_config": without_machine_paths(redact(info["config"])),
@@ -357,6 +381,21 @@ def _export_database(
         f"this folder's retrieval vote (k={settings.k}, {settings.weighting} weighting) over its {len(database.ids)} "
         "training memes, on the run's selection (val) and held-out (test) memes"
     )
+
+
+def _culture_calibration(calibration: dict[str, Any] | None, culture: str) -> dict[str, Any] | None:
+    """The culture's temperature, its rule and the run's held-out scores before and after it; None without one."""
+    row = ((calibration or {}).get("heads") or {}).get(culture)
+    if not row:
+        return None
+    return {"temperature": row["temperature"], "rule": calibration["rule"], "bins": calibration["bins"], "test": {"before": row["before"], "after": row["after"]}}
+
+
+def _culture_policy(policy: dict[str, Any] | None, culture: str) -> dict[str, Any] | None:
+    """The policy's name, targets and rule, with this culture's thresholds (or why a target was unreachable)."""
+    if not policy or culture not in (policy.get("heads") or {}):
+        return None
+    return {"name": policy["name"], "targets": policy["targets"], "rule": policy["rule"], "actions": policy["heads"][culture]}
 
 
 def _portable_adapter_config(path: Path, base: str) -> None:

@@ -102,6 +102,7 @@ def read_fold_result(path: Path) -> dict[str, Any]:
                     FIX,
                 )
     _check_threshold(result, path)
+    _check_calibration(result, path)
     _check_baselines(result, path)
     columns = _field(result, path, "oof_predictions", dict)
     lengths = {column: len(columns[column]) if isinstance(columns.get(column), list) else None for column in COLUMNS}
@@ -148,6 +149,36 @@ def _check_threshold(result: dict[str, Any], path: Path) -> None:
     for where, row in {**tables, "mean": mean}.items():
         if not isinstance(row, dict) or not all(v is not None and _number(v) for v in row.values()):
             raise ReportInputError(f"{path}: selection_threshold.{where} is not an object of numbers", FIX)
+
+
+CALIBRATION_SCORES = ("ece", "brier", "log_loss")
+
+
+def _check_calibration(result: dict[str, Any], path: Path) -> None:
+    """`calibration` (optional: older files lack it): {rule, bins, heads: {head: {temperature > 0, before, after}},
+    mean: {before, after}}, each before/after an object of ECE and Brier in [0, 1] and a log-loss ≥ 0."""
+    recorded = _field(result, path, "calibration", dict, optional=True)
+    if recorded is None:
+        return
+    heads = recorded.get("heads")
+    if not isinstance(heads, dict) or not heads or not isinstance(recorded.get("mean"), dict):
+        raise ReportInputError(f"{path}: calibration needs heads and mean objects", FIX)
+    for where, row in {**{f"heads.{h}": r for h, r in heads.items()}, "mean": recorded["mean"]}.items():
+        if not isinstance(row, dict):
+            raise ReportInputError(f"{path}: calibration.{where} is not an object", FIX)
+        if where != "mean":
+            temperature = row.get("temperature")
+            if not (_number(temperature) and temperature is not None and 0 < temperature < float("inf")):
+                raise ReportInputError(f"{path}: calibration.{where}.temperature is {temperature!r}"[:300] + ", not a number above 0", FIX)
+        for when in ("before", "after"):
+            scores = row.get(when)
+            good = isinstance(scores, dict) and all(
+                _score("loss" if name == "log_loss" else name, scores.get(name)) and scores.get(name) is not None for name in CALIBRATION_SCORES
+            )
+            if not good:
+                raise ReportInputError(
+                    f"{path}: calibration.{where}.{when} must hold ece and brier in [0, 1] and a log_loss ≥ 0", FIX
+                )
 
 
 def find_runs(root: Path) -> dict[str, list[tuple[dict[str, Any], Path]]]:

@@ -18,10 +18,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from crossmod.data.selection_rules import RULES
-from crossmod.evaluation.thresholds import calibration_on_selection, threshold_on_selection
+from crossmod.evaluation.thresholds import calibration_on_selection, policy_on_selection, threshold_on_selection
 from crossmod.lib.baselines import prepare as measure_baselines
 from crossmod.lib.baselines import read as read_baselines
 from crossmod.lib.callbacks.interruption import Interrupted, InterruptionCheckpoint
@@ -29,7 +29,7 @@ from crossmod.lib.callbacks.rng_states import RngStates
 from crossmod.lib.console import configure_console
 from crossmod.lib.consolidate import restore_weights, zero_state_dict
 from crossmod.lib.finished_run import finished_run_checkpoints
-from crossmod.lib.report import print_baselines, print_calibration, print_table
+from crossmod.lib.report import print_baselines, print_calibration, print_policy, print_table
 from crossmod.lib.resolvers import run_variants, task_overrides
 from crossmod.lib.run_environment import run_environment
 from crossmod.lib.run_status import RunStatus, command_line
@@ -249,6 +249,8 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
     copy_manifest(parts.datamodule.dataset_dir, run_dir)
     metrics["selection_threshold"] = threshold_on_selection(run_dir / "predictions")
     metrics["calibration"] = calibration_on_selection(run_dir / "predictions")
+    if cfg.get("policy"):  # the moderation policy's thresholds, chosen on val per culture (configs/policy/)
+        metrics["policy"] = policy_on_selection(run_dir / "predictions", OmegaConf.to_container(cfg.policy, resolve=True))
     write_metrics(run_dir, metrics)
     if cfg.get("plots", True):
         from crossmod.lib.run_figures import write_run_figures
@@ -267,6 +269,7 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
         if metrics.get("baselines"):
             print_baselines(metrics)
         print_calibration(metrics)
+        print_policy(metrics)
         if transfer is not None:
             from crossmod.lib.eval_data import print_transfer
 

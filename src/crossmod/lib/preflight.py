@@ -310,6 +310,19 @@ def resume_checkpoint(cfg: DictConfig) -> None:
             raise UserError(str(error), "resume only from checkpoints your own runs wrote", "ckpt_path") from None
 
 
+def moderation_policy(cfg: DictConfig) -> None:
+    """policy=… names actions (act, review) with one target each (precision or recall) in (0, 1]."""
+    policy = cfg.get("policy")
+    if not policy:
+        return
+    from crossmod.evaluation.policies import check_policy
+
+    try:
+        check_policy({action: dict(target) if OmegaConf.is_config(target) else target for action, target in policy.items() if action != "name"})
+    except ValueError as error:
+        raise UserError(str(error), "e.g. policy=cautious (configs/policy/cautious.yaml), or policy.act.precision=0.8", "policy") from None
+
+
 # ------------------------------------------------------------------------------------------ per entry point
 def train(cfg: DictConfig) -> None:
     """train.py: a training recipe, every value set, its data there, a fold where the dataset needs one, model
@@ -317,6 +330,7 @@ def train(cfg: DictConfig) -> None:
     recipe(cfg, TRAIN)
     require(cfg)
     check_ranges(cfg)
+    moderation_policy(cfg)
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
     fold_for_training(cfg)
@@ -332,6 +346,7 @@ def cross_validate(cfg: DictConfig) -> None:
     recipe(cfg, TRAIN)
     require(cfg)
     check_ranges(cfg)
+    moderation_policy(cfg)
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
     retrieval_settings(cfg)

@@ -133,3 +133,37 @@ def print_calibration(metrics: dict[str, Any]) -> None:
     console.print(calibration_table(calibration, "Calibration on the test memes"))
     console.print(f"{calibration['rule']}; ECE over {calibration['bins']}.", soft_wrap=True, markup=False)
     to_log_files(console)
+
+
+def _interval(record: dict[str, Any]) -> str:
+    low, high = record["interval"]
+    return f"{record['reached']:.3f} [{low:.3f}, {high:.3f}] ({record['hits']}/{record['trials']})"
+
+
+def policy_table(policy: dict[str, Any], title: str) -> Table:
+    """Per culture and action: the threshold chosen on val, the target's value reached there with its Wilson interval
+    and counts, and the test memes' precision and recall at that threshold; an unreachable target says so."""
+    table = Table(title=title)
+    for column in ("head", "action", "target", "threshold", "on val\n[95 % CI] (hits/n)", "test\nprecision / recall"):
+        table.add_column(column, justify="left" if column in ("head", "action", "target") else "right", no_wrap=True)
+    for head, actions in policy["heads"].items():
+        for action, record in actions.items():
+            target = f"{record['target']} ≥ {record['goal']:g}"
+            if "why" in record:
+                table.add_row(head, action, target, "—", f"unreachable: {record['why']}", "—")
+                continue
+            test = record["test"]
+            rates = f"{_fmt(test['precision'])} / {_fmt(test['recall'])}"
+            table.add_row(head, action, target, f"{record['threshold']:.4f}", _interval(record), rates)
+    return table
+
+
+def print_policy(metrics: dict[str, Any]) -> None:
+    """The policy's thresholds per culture and the rule that chose them, when the run was given a policy."""
+    policy = metrics.get("policy")
+    if not policy:
+        return
+    console = Console(record=True)
+    console.print(policy_table(policy, f"Policy {policy['name']}: thresholds per culture"), markup=False)
+    console.print(f"{policy['rule']}.", soft_wrap=True, markup=False)
+    to_log_files(console)

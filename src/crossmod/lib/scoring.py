@@ -141,10 +141,20 @@ def prediction_rows(
     heads: dict[str, Any],
     threshold: float,
     neighbours: list[dict[str, list[dict[str, Any]]] | None] | None = None,
+    temperatures: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per meme: each binary head's probability and decision (probability ≥ threshold), other heads' class
-    probabilities, the OCR caption when one was read, and (a retrieval classifier) the neighbours that voted: their
-    ids, labels and similarities, nearest first."""
+    """One row per meme: each binary head's probability and decision (probability ≥ threshold), and with a
+    temperature (the export's, fitted on its run's selection split) the calibrated probability beside it; other heads'
+    class probabilities, the OCR caption when one was read, and (a retrieval classifier) the neighbours that voted:
+    their ids, labels and similarities, nearest first."""
+    from crossmod.evaluation.calibration import with_temperature
+
+    temperatures = temperatures or {}
+    calibrated = {
+        name: with_temperature([score[name][0] for score in scores], temperatures[name]).tolist()
+        for name, head in heads.items()
+        if head.is_binary and name in temperatures and scores
+    }
     rows = []
     for position, (record, score) in enumerate(zip(records, scores)):
         row: dict[str, Any] = {"id": record["id"]}
@@ -155,6 +165,8 @@ def prediction_rows(
             if head.is_binary:
                 row[f"{name}_probability"] = score[name][0]
                 row[f"{name}_decision"] = int(score[name][0] >= threshold)
+                if name in calibrated:
+                    row[f"{name}_probability_calibrated"] = calibrated[name][position]
             else:
                 row[f"{name}_probabilities"] = [round(p, 6) for p in score[name]]
             if explained and name in explained:
@@ -166,9 +178,28 @@ def prediction_rows(
 
 
 def score(
-    trainer: L.Trainer, model: Any, records: list[dict[str, Any]], batch_size: int, threshold: float, num_workers: int = 0
+    trainer: L.Trainer,
+    model: Any,
+    records: list[dict[str, Any]],
+    batch_size: int,
+    threshold: float,
+    num_workers: int = 0,
+    temperatures: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Prediction rows for `records` (see `prediction_rows`), the same on every rank."""
     rows = predict_in_order(trainer, model, records, batch_size, model.preprocessor, num_workers)
     scores = [row["probabilities"] for row in rows]
-    return prediction_rows(records, scores, model.heads, threshold, [row.get("neighbours") for row in rows])
+    return prediction_rows(records, scores, model.heads, threshold, [row.get("neighbours") for row in rows], temperatures)
+
+
+def with_actions(rows: list[dict[str, Any]], culture: str, policy: dict[str, Any]) -> None:
+    """Add `<culture>_action` (act, review or allow, from the raw probability and the card's policy thresholds) and the
+    policy's name to each prediction row, in place."""
+    import numpy as np
+
+    from crossmod.evaluation.policies import decide
+
+    thresholds = {action: record.get("threshold") for action, record in policy["actions"].items()}  # None: unreachable
+    actions = decide(np.array([row[f"{culture}_probability"] for row in rows], dtype=float), thresholds)
+    for row, action in zip(rows, actions, strict=True):
+        row[f"{culture}_action"], row["policy"] = str(action), policy["name"]

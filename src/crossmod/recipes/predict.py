@@ -74,7 +74,13 @@ def main(cfg: DictConfig) -> None:
     for name, ids in allowed.items():
         print(f"[predict] warning: {len(ids)} memes scored without {name} (allow_missing)")
     trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
-    rows = score(trainer, model, inputs, cfg.batch_size, cfg.threshold, cfg.num_workers)
+    temperature = (card.get("calibration") or {}).get("temperature")  # fitted on the run's selection split (export)
+    temperatures = {card["culture"]: temperature} if temperature else None
+    rows = score(trainer, model, inputs, cfg.batch_size, cfg.threshold, cfg.num_workers, temperatures)
+    if card.get("policy"):  # act / review / allow by the thresholds the run's selection split chose for this culture
+        from crossmod.lib.scoring import with_actions
+
+        with_actions(rows, card["culture"], card["policy"])
     if not trainer.is_global_zero:
         return
     path = write_predictions(rows, Path(cfg.out))

@@ -21,7 +21,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from crossmod.evaluation.predictions import read_prediction_columns
 from crossmod.evaluation.summary import json_safe
-from crossmod.evaluation.thresholds import threshold_on_selection
+from crossmod.evaluation.thresholds import calibration_on_selection, threshold_on_selection
 from crossmod.lib.baselines import read as read_baselines
 from crossmod.lib.runs import nest
 
@@ -115,6 +115,8 @@ class FoldResultWriter(L.Callback):
             "held_out_labels": labels,
             # macro-F1 at the threshold the selection split chose (never the held-out fold), beside accuracy at 0.5
             "selection_threshold": threshold_on_selection(self.predictions.parent),
+            # a temperature per head fitted on the selection split, and the held-out fold's ECE, Brier, log-loss before/after
+            "calibration": calibration_on_selection(self.predictions.parent),
             # the baselines on the same memes (majority, TF-IDF, probe), measured before fit (src/crossmod/lib/baselines.py)
             "baselines": baseline_scores(self.dirpath),
         }
