@@ -311,23 +311,21 @@ def test_a_build_refusal_names_the_key_whose_target_failed():
 
     from crossmod.lib.user_errors import build_refusal
 
-    cfg = OmegaConf.create({"model": {"optimizer": {"_target_": "torch.optim.AdamW", "lr": -1}}, "trainer": {"_target_": "x.Trainer"}})
-    try:
+    def wrapped(cause: Exception) -> InstantiationException:
+        """What Hydra raises around a constructor's error: the cause chained under its own text."""
         try:
-            raise ValueError("Invalid learning rate: -1\nsecond line")
-        except ValueError as cause:
-            raise InstantiationException("Error in call to target 'torch.optim.adamw.AdamW':\nValueError(...)") from cause
-    except InstantiationException as error:
-        refusal = build_refusal(error, cfg)
+            try:
+                raise cause
+            except type(cause) as raised:
+                raise InstantiationException("Error in call to target 'torch.optim.adamw.AdamW':\nValueError(...)") from raised
+        except InstantiationException as error:
+            return error
+
+    cfg = OmegaConf.create({"model": {"optimizer": {"_target_": "torch.optim.AdamW", "lr": -1}}, "trainer": {"_target_": "x.Trainer"}})
+    refusal = build_refusal(wrapped(ValueError("Invalid learning rate: -1\nsecond line")), cfg)
     assert refusal is not None and refusal.key == "model.optimizer"
     assert str(refusal).startswith("model.optimizer (torch.optim.adamw.AdamW) cannot be built from its settings: ValueError: Invalid learning rate: -1.")
-    try:
-        try:
-            raise AttributeError("a bug")
-        except AttributeError as cause:
-            raise InstantiationException("Error in call to target 'torch.optim.adamw.AdamW'") from cause
-    except InstantiationException as error:
-        assert build_refusal(error, cfg) is None  # a bug is Hydra's to report, traceback and all
+    assert build_refusal(wrapped(AttributeError("a bug")), cfg) is None  # a bug is Hydra's to report, traceback and all
 
 
 @pytest.mark.parametrize(
