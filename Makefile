@@ -46,7 +46,7 @@ test: $(STAMP)
 FLOOR_VENV := .venv-floor
 FLOOR_PY := $(FLOOR_VENV)/bin/python
 FLOOR_STAMP := $(FLOOR_VENV)/.installed
-FLOOR_TESTS := tests/test_constraints.py tests/training/test_zero3_inference.py tests/training/test_export_predict.py \
+FLOOR_TESTS := tests/test_constraints.py tests/training/test_zero3_inference.py tests/artifacts/test_export_predict.py \
 	tests/data tests/bad_input tests/models
 
 $(FLOOR_STAMP): setup.cfg pyproject.toml constraints-floor.txt
@@ -60,7 +60,7 @@ $(FLOOR_STAMP): setup.cfg pyproject.toml constraints-floor.txt
 test-floor: $(FLOOR_STAMP)
 	export TORCH_EXTENSIONS_DIR=$(CURDIR)/$(FLOOR_VENV)/torch_extensions CROSSMOD_CONSTRAINTS=constraints-floor.txt; \
 	$(FLOOR_PY) -m pytest -m "not gpu" -p no:cacheprovider $(FLOOR_TESTS) $(ARGS) && \
-	$(FLOOR_PY) -m pytest -m "not gpu" -p no:cacheprovider tests/training/test_evaluate.py -k two_processes $(ARGS)
+	$(FLOOR_PY) -m pytest -m "not gpu" -p no:cacheprovider tests/results/test_evaluate.py -k two_processes $(ARGS)
 
 # CPU benchmarks (bench/*.py, < 30 min): results in bench/results/*.json, README table re-rendered from them.
 bench: $(STAMP)

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/<name>.py` puts bench/ first on the path, not the checkout
     sys.path.insert(0, str(ROOT))
 
-from crossmod.lib.console import configure_console  # noqa: E402  (after the path fix above)
+from crossmod.runtime.console import configure_console  # noqa: E402  (after the path fix above)
 
 configure_console()  # benchmarks print what crossmod's own jobs print: no advertisements, records once
 
@@ -213,7 +213,7 @@ def compose(overrides: list[str], output_dir: str | None = None):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import crossmod.lib.resolvers  # noqa: F401
+    import crossmod.runtime.resolvers  # noqa: F401
 
     GlobalHydra.instance().clear()
     output_dir = output_dir or str(Path(tempfile.gettempdir()) / "crossmod-bench-unused")  # interpolated, never written

@@ -7,7 +7,7 @@ bench/rendered_memes.py's, with random culture labels. Both variants train one m
 weights (LoRA on q and v, r 8, α 16, one logit on the last token, AdamW lr 2e-4 constant, no clipping) and score the
 held-out fold once with the final weights (`cv.selection=last`, the study's rule).
 
-- crossmod: `crossmod.lib.pipeline.run` (what `train.py` calls) on the config `train.py experiment=qwen_lora_cv fold=k
+- crossmod: `crossmod.training.pipeline.run` (what `train.py` calls) on the config `train.py experiment=qwen_lora_cv fold=k
   ~data.heads.<others>` composes, in this process, starting from an empty data folder: the conversion to shards, the
   folds, the vision cache (written in the first run, read by every later one), checkpoints and run files included.
 - transformers.Trainer: per culture and fold, `from_pretrained` + `get_peft_model` + a linear head, `Trainer.train` over a
@@ -109,7 +109,7 @@ def crossmod_protocol(layout: Path, model: Path, work: Path, cultures: list[str]
     run's record (directory → initial weights and batches)."""
     from omegaconf import OmegaConf
 
-    from crossmod.lib.pipeline import run
+    from crossmod.training.pipeline import run
 
     shutil.rmtree(work, ignore_errors=True)
     predictions: dict[str, dict[str, float]] = {}

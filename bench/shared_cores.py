@@ -3,10 +3,10 @@
     python bench/shared_cores.py [--smoke] [--repeats 3] [--steps 30]
 
 Each training is its own process (`--worker`), as two `python train.py` started side by side are: it takes
-crossmod's thread rule (src/crossmod/lib/threads.py `share_cores`: cores / the run's local processes, so every core on this
+crossmod's thread rule (src/crossmod/runtime/threads.py `share_cores`: cores / the run's local processes, so every core on this
 machine for one CPU run), builds `model=concat`, and times plain training steps on pre-built batches
 (bench/training_overhead.py's loop). Variants, interleaved per round: one training alone, then two at once, under
-crossmod's OpenMP wait policy (src/crossmod/lib/threads.py: idle OpenMP threads sleep) and under the OpenMP default (idle
+crossmod's OpenMP wait policy (src/crossmod/runtime/threads.py: idle OpenMP threads sleep) and under the OpenMP default (idle
 threads spin, holding the core another process needs). The ratio is the pair's slower training's s/step over the
 lone one's in the same round.
 """
@@ -36,8 +36,8 @@ def worker(steps: int, warmup: int, batch_size: int) -> None:
     from common import build_model, raw_dict, synthetic_samples
     from training_overhead import plain_loop
 
-    import crossmod.lib.threads  # noqa: F401  (crossmod's wait policy, before torch starts OpenMP)
-    from crossmod.lib.threads import share_cores
+    import crossmod.runtime.threads  # noqa: F401  (crossmod's wait policy, before torch starts OpenMP)
+    from crossmod.runtime.threads import share_cores
 
     threads = share_cores(1)
     base, _ = build_model(["model=concat"])

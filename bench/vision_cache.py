@@ -9,7 +9,7 @@ resized by the processor to `--image-pixels`, 512Â² by default: the study's 512Ã
 Qwen2-VL's rounding to 28 px, 324 image tokens).
 
 Variants, interleaved per round in balanced orders (bench/common.py), one torch thread:
-- `zeroshot_cached` / `zeroshot_tower`: `crossmod.lib.zeroshot.answer_all` (the zero-shot path: preprocessor, Lightning's
+- `zeroshot_cached` / `zeroshot_tower`: `crossmod.prompting.zeroshot.answer_all` (the zero-shot path: preprocessor, Lightning's
   predict loop, greedy `generate`, parsing) for the study's 6 prompts over the same memes, with a cache folder
   created empty for the round (the first prompt encodes every image, the other five read) or with
   `vision_cache=false`. Every meme generates exactly `--max-new-tokens` tokens in both (`min_new_tokens`).
@@ -59,7 +59,7 @@ def tower_share(model) -> float:
 def fold_process_imports(rounds: int = 3) -> float:
     """Median seconds a fresh Python process takes to import what a fold run imports: `cross_validate.py` starts
     `train.py` once per fold and culture, which the in-process protocol above does not pay."""
-    code = "import crossmod.lib.pipeline, crossmod.models.module, crossmod.models.vlm.classifier, crossmod.data.memes, peft, transformers.models.qwen2_vl.modeling_qwen2_vl"
+    code = "import crossmod.training.pipeline, crossmod.models.module, crossmod.models.vlm.classifier, crossmod.data.memes, peft, transformers.models.qwen2_vl.modeling_qwen2_vl"
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
@@ -103,12 +103,12 @@ def main() -> None:
 
     from bench.vlm_configs import named_config
     from crossmod.data.synthetic import caption_corpus
-    from crossmod.lib.scoring import single_device_trainer
-    from crossmod.lib.zeroshot import answer_all
+    from crossmod.inference.scoring import single_device_trainer
     from crossmod.models.tiny.qwen_vl import build_tiny_qwen_vl
     from crossmod.models.vlm.cached_vision import CachedVision
     from crossmod.models.vlm.prompts import PromptSpec, prompt_corpus
     from crossmod.models.vlm.vision_cache import VisionFeatureStore
+    from crossmod.prompting.zeroshot import answer_all
 
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="crossmod-vision-cache-"))

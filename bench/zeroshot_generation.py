@@ -2,7 +2,7 @@
 
     python bench/zeroshot_generation.py [--smoke] [--repeats 5] [--memes 256] [--batch-size 16] [--max-new-tokens 8] [--num-workers 1]
 
-`crossmod.lib.zeroshot.answer_all` (the real path: preprocessor, processor collate, greedy `generate`, answer
+`crossmod.prompting.zeroshot.answer_all` (the real path: preprocessor, processor collate, greedy `generate`, answer
 parsing, P(hate) from the first step) answers the same memes with `batch_size=16` and `batch_size=1`,
 interleaved per round. A random model stops at EOS after a different number of tokens per meme, which
 would make the comparison depend on luck: the model's generation config gets
@@ -63,8 +63,8 @@ def main() -> None:
 
     import torch
 
-    from crossmod.lib.scoring import single_device_trainer
-    from crossmod.lib.zeroshot import answer_all
+    from crossmod.inference.scoring import single_device_trainer
+    from crossmod.prompting.zeroshot import answer_all
 
     torch.set_num_threads(args.threads)
     # the run's own vision cache: filled by the warm-up, as a zero-shot run's first prompt fills it

@@ -28,7 +28,7 @@ os.environ.setdefault("CROSSMOD_CACHE_KEY_FILE", str(Path(tempfile.gettempdir())
 # Under pytest-xdist (make test) the workers share the cores: each worker, and every training subprocess it starts,
 # computes on its share. Left at torch's default (one thread per core) every process spins OpenMP threads on cores
 # the other worker holds, and a training ran 2–3× slower than alone.
-# As src/crossmod/lib/__init__.py sets it before crossmod's first torch import; set here, before the suite's own, so that torch,
+# As crossmod.cli sets it before a job (and so torch) is imported; set here, before the suite's own, so that torch,
 # loaded once by this worker's zygote (tests/zygote.py), reads the value a fresh `python train.py` has.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # The suite never uses the network: every command is offline (and so forkable from one zygote, read at import).
@@ -60,12 +60,12 @@ LONG_MODULES = (
     "tests/training/test_unimodal_ceilings.py",
     "tests/training/test_zero3_inference.py",
     "tests/training/test_sweeps.py",
-    "tests/training/test_predict_ocr.py",
-    "tests/training/test_culture_transfer_cv.py",
-    "tests/training/test_export_predict.py",
-    "tests/training/test_evaluate.py",
+    "tests/inference/test_predict_ocr.py",
+    "tests/reports/test_culture_transfer_cv.py",
+    "tests/artifacts/test_export_predict.py",
+    "tests/results/test_evaluate.py",
     "tests/training/test_rgcl_runs.py",
-    "tests/training/test_portable_exports.py",
+    "tests/artifacts/test_portable_exports.py",
     "tests/training/test_interruption.py",
     "tests/training/test_same_seed.py",
     "tests/test_wheelhouse.py",

@@ -128,7 +128,7 @@ def test_a_key_with_no_near_name_is_told_how_to_add_it_on_purpose():
 
 def test_what_the_config_has_passes_the_checks(tmp_path):
     """Sweeps, additions, deletions, an experiment's own keys and one's own --config-dir all go through."""
-    from crossmod.lib.command_line import check
+    from crossmod.launch.command_line import check
 
     mine = tmp_path / "experiment" / "mine.yaml"
     mine.parent.mkdir()
@@ -144,7 +144,7 @@ def test_what_the_config_has_passes_the_checks(tmp_path):
         ["data=mhc", "data.raw_dir=/nowhere"],
     ):
         check("train", module, args, configs)
-    from crossmod.lib.user_errors import UserError
+    from crossmod.runtime.user_errors import UserError
 
     with pytest.raises(UserError, match="extra.dept"):
         check("train", module, ["--config-dir", str(tmp_path), "experiment=mine", "extra.dept=4"], configs)
@@ -242,7 +242,7 @@ def test_an_installed_wheel_trains_exports_and_predicts_from_an_empty_folder(tmp
 
 def test_status_records_the_command_as_the_user_typed_it(monkeypatch, tmp_path):
     """status.json's resume line starts as the job was started: the installed command, or a checkout's root script."""
-    from crossmod.lib.run_status import command_line
+    from crossmod.training.run_status import command_line
 
     monkeypatch.chdir(tmp_path)
     for argv0, expected in (("/venv/bin/crossmod", "crossmod train"), (str(ROOT / "crossmod" / "__main__.py"), "crossmod train"),

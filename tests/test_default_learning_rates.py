@@ -9,8 +9,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import crossmod.lib.resolvers  # noqa: F401  (registers lr_for_weights)
-from crossmod.lib.resolvers import lr_for_weights
+import crossmod.runtime.resolvers  # noqa: F401  (registers lr_for_weights)
+from crossmod.runtime.resolvers import lr_for_weights
 from tests.conftest import ROOT
 
 TINY = {"visual_bert": 5e-4, "concat": 1e-3}  # families whose random tiny models learn better below 2e-3

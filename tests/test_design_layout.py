@@ -16,8 +16,15 @@ PACKAGES = (
     "src/crossmod/models/vlm",
     "src/crossmod/models/tiny",
     "src/crossmod/evaluation",
-    "src/crossmod/lib",
-    "src/crossmod/lib/callbacks",
+    "src/crossmod/runtime",
+    "src/crossmod/inference",
+    "src/crossmod/artifacts",
+    "src/crossmod/prompting",
+    "src/crossmod/results",
+    "src/crossmod/training",
+    "src/crossmod/training/callbacks",
+    "src/crossmod/reports",
+    "src/crossmod/launch",
 )
 
 
@@ -55,3 +62,13 @@ def test_every_package_module_is_listed():
         modules |= {f"{p.name}/" for p in (ROOT / package).iterdir() if p.is_dir() and (p / "__init__.py").exists()}
         missing = modules - listed.get(package, set())
         assert not missing, f"docs/DESIGN.md's layout does not list {sorted(missing)} of {package}/"
+
+
+# test folders that are not a package's: the attacker's suite, bench/'s logic, the tiny-data builders, the SLURM cluster
+NOT_A_PACKAGE = {"bad_input", "bench_logic", "fixtures", "slurm"}
+
+
+def test_test_folders_mirror_the_packages() -> None:
+    packages = {p.name for p in (ROOT / "src" / "crossmod").iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders - NOT_A_PACKAGE <= packages, f"tests/{sorted(folders - NOT_A_PACKAGE - packages)} name no package"

@@ -20,8 +20,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import crossmod.lib.resolvers  # noqa: F401  (the resolvers the entry points register)
-from crossmod.lib.user_errors import missing_keys
+import crossmod.runtime.resolvers  # noqa: F401  (the resolvers the entry points register)
+from crossmod.runtime.user_errors import missing_keys
 from tests.conftest import ROOT, scaled
 from tests.doc_commands import Command, documented_commands, hydra_overrides
 from tests.slurm.batch_scripts import job_command, run_batch_script
@@ -57,7 +57,7 @@ RUNS_A_MODEL = {
     "predict.py",
 }
 RUNS_A_MODEL |= {f"crossmod {job}" for job in ("train", "cv", "zeroshot", "fewshot", "memebridge", "evaluate", "predict")}
-ARGPARSE_PROGRAMS = re.compile(r"^(scripts/\w+\.py|bench/\w+\.py|-m crossmod\.(lib|data)\.\w+)$")
+ARGPARSE_PROGRAMS = re.compile(r"^(scripts/\w+\.py|bench/\w+\.py|-m crossmod\.(data|training|reports)\.\w+)$")
 EXTERNAL = {"aws", "apt-get", "sudo"}  # third-party tools; `sudo slurm/local_cluster.sh` is checked below
 BATCH_OPTIONS = re.compile(r"--(nodes|gpus-per-node|ntasks-per-node|array)=(\d+)")
 

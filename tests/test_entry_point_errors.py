@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from crossmod.lib.user_errors import UserError, missing_keys, require
+from crossmod.runtime.user_errors import UserError, missing_keys, require
 from tests.conftest import ROOT, scaled
 from tests.data.sources import layouts
 
@@ -126,7 +126,7 @@ def test_predict_without_or_with_missing_adapters(tmp_path):
         _run(tmp_path, "predict.py", paths=False), tmp_path, "adapters, inputs are not set", "pass adapters=<an exported culture folder"
     )
     result = _run(tmp_path, "predict.py", f"adapters={tmp_path / 'export' / 'DE'}", f"inputs={tmp_path / 'memes'}", paths=False)
-    _refused(result, tmp_path, f"adapters={tmp_path / 'export' / 'DE'} does not exist", "python export.py run=<run dir>")
+    _refused(result, tmp_path, f"adapters={tmp_path / 'export' / 'DE'} does not exist", "crossmod export run=<run dir>")
     result = _run(tmp_path, "predict.py", f"adapters={tmp_path / 'memes'}", f"inputs={tmp_path / 'memes'}", paths=False)
     _refused(result, tmp_path, "is not an exported culture folder (no culture_card.json in it)")
     assert [p.name for p in tmp_path.iterdir()] == ["memes"]
@@ -198,8 +198,8 @@ def test_a_refusal_wrapped_by_hydras_instantiate_is_one_line(capsys, monkeypatch
     UntrustedConfigError) is the user's input refused: one line, exit 1, no traceback."""
     from hydra.errors import InstantiationException
 
-    from crossmod.lib.user_errors import entry_point
     from crossmod.models.trusted_targets import UntrustedConfigError
+    from crossmod.runtime.user_errors import entry_point
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
 
@@ -225,7 +225,7 @@ def test_a_refusal_wrapped_by_hydras_instantiate_is_one_line(capsys, monkeypatch
 
 HIDE = """
 import sys
-import crossmod.lib.preflight as preflight
+import crossmod.launch.preflight as preflight
 HIDDEN, found = {hidden!r}, preflight.installed
 preflight.installed = lambda module: module not in HIDDEN and found(module)  # as if the extra were not installed
 from crossmod.cli import main
@@ -257,7 +257,7 @@ def test_a_missing_optional_part_is_one_line_naming_its_extra_before_a_run_folde
 
 
 def test_a_module_is_installed_when_found_and_not_when_it_or_its_parent_is_missing():
-    from crossmod.lib.preflight import installed
+    from crossmod.launch.preflight import installed
 
     assert installed("hydra") and installed("hydra_plugins.hydra_optuna_sweeper")
     assert not installed("crossmod_no_such_module") and not installed("crossmod_no_such_module.sub")
@@ -309,7 +309,7 @@ def test_a_component_hydra_cannot_build_is_one_line_naming_its_key(tmp_path):
 def test_a_build_refusal_names_the_key_whose_target_failed():
     from hydra.errors import InstantiationException
 
-    from crossmod.lib.user_errors import build_refusal
+    from crossmod.runtime.user_errors import build_refusal
 
     def wrapped(cause: Exception) -> InstantiationException:
         """What Hydra raises around a constructor's error: the cause chained under its own text."""

@@ -68,7 +68,7 @@ EXPERIMENTS = {
 }
 
 
-# prompting protocols with their own entry point (tests/training/test_fewshot_run.py, test_memebridge_prompting.py)
+# prompting protocols with their own entry point (tests/prompting/test_fewshot_run.py, test_memebridge_prompting.py)
 PROMPTING = {"toxictags_fewshot": "crossmod fewshot", "memebridge_prompting": "crossmod memebridge"}
 
 
@@ -102,7 +102,7 @@ def tiny_clip(data_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_qwen(data_dir: Path) -> str:
-    from crossmod.lib.resolvers import tiny_vlm
+    from crossmod.runtime.resolvers import tiny_vlm
 
     return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
 
@@ -196,7 +196,7 @@ def test_seeds_multirun_and_its_report(tmp_path):
 
     from hydra import compose, initialize_config_dir
 
-    from crossmod.lib.seed_report import summarise
+    from crossmod.reports.seeds import summarise
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=["multirun=seeds"], return_hydra_config=True)

@@ -56,7 +56,7 @@ GROUPS = {
 
 
 def configs_dir() -> Path:
-    """The Hydra tree shipped inside the package (the same folder crossmod.lib.resolvers.package_configs names)."""
+    """The Hydra tree shipped inside the package (the same folder crossmod.runtime.resolvers.package_configs names)."""
     return Path(__file__).resolve().parent / "configs"
 
 
@@ -174,6 +174,11 @@ def run_job(name: str, args: list[str]) -> object:
     ranks, which rerun `python -m <__main__'s module> <argv>`; spawned workers, which import `__main__` by its module
     name) then start the job itself, not the command line's dispatcher, which would miss the job's name."""
     children_import_as_this_process()
+    # OpenMP's idle threads sleep instead of spinning on a core between parallel regions (unless the user chose a
+    # policy), so a training beside another on the same cores does not burn the other's share while it waits
+    # (bench/shared_cores.py measures both policies). It must be set before torch loads OpenMP, so here, before the job
+    # is imported; it moves no number (the thread count, and so every float sum's order, is crossmod.runtime.threads').
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ["CROSSMOD_INVOKED_AS"] = invoked_as(name)  # what status.json's resume command starts with
     module = importlib.import_module(JOBS[name].module)
     sys.modules["__main__"].__spec__ = module.__spec__
@@ -190,9 +195,9 @@ def _near(word: str, choices: object) -> str:
 
 def _before_the_job(name: str, args: list[str]) -> int | None:
     """What the command line alone answers, before the job (and torch) is imported: `--help` from the job's config file,
-    an unknown config option or key as one line (crossmod.lib.command_line). Its exit status, or None: run the job."""
-    from crossmod.lib.command_line import check, help_text
-    from crossmod.lib.user_errors import UserError
+    an unknown config option or key as one line (crossmod.launch.command_line). Its exit status, or None: run the job."""
+    from crossmod.launch.command_line import check, help_text
+    from crossmod.runtime.user_errors import UserError
 
     job = JOBS[name]
     if "--help" in args or "-h" in args:

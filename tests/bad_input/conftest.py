@@ -35,8 +35,8 @@ def leaky_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def exported_culture(leaky_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run's US culture as export.py writes it."""
-    from crossmod.lib.artifacts import export_culture
-    from crossmod.lib.loading import load
+    from crossmod.artifacts.culture_folders import export_culture
+    from crossmod.artifacts.loading import load
 
     model, info = load(leaky_run)
     return export_culture(model, info, leaky_run, "US", tmp_path_factory.mktemp("export") / "US")
@@ -45,8 +45,8 @@ def exported_culture(leaky_run: Path, tmp_path_factory: pytest.TempPathFactory) 
 @pytest.fixture(scope="session")
 def retrieval_culture(leaky_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run's US culture as `export.py kind=retrieval` writes it: its training memes as the database."""
-    from crossmod.lib.artifacts import export_culture
-    from crossmod.lib.loading import load
+    from crossmod.artifacts.culture_folders import export_culture
+    from crossmod.artifacts.loading import load
 
     model, info = load(leaky_run)
     return export_culture(model, info, leaky_run, "US", tmp_path_factory.mktemp("retrieval") / "US", kind="retrieval")

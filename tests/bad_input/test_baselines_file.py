@@ -1,5 +1,5 @@
 """A run folder's baselines.json is data from whoever shared the folder: evaluate and the fold writer read it only
-through `crossmod.lib.baselines.read`, which refuses a link out of the run, an oversized file, and any structure or
+through `crossmod.results.baselines.read`, which refuses a link out of the run, an oversized file, and any structure or
 number crossmod does not write, by name, before a report is built from it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from crossmod.lib.baselines import FILENAME, BaselinesFileError, read
+from crossmod.results.baselines import FILENAME, BaselinesFileError, read
 
 GOOD = {
     "memes": {"train": 10, "val": 3, "test": 4},

@@ -80,7 +80,7 @@ def test_ocr_cache_refuses_a_cache_file_that_links_outside(victim, tmp_path):
 
 
 def test_clip_embedding_cache_ignores_a_link_planted_at_its_temporary_name(victim, tmp_path):
-    from crossmod.lib.clip_embeddings import cached_embeddings
+    from crossmod.prompting.clip_embeddings import cached_embeddings
 
     path = tmp_path / "emb" / "ds.clip-1.images.safetensors"
     path.parent.mkdir()
@@ -91,7 +91,7 @@ def test_clip_embedding_cache_ignores_a_link_planted_at_its_temporary_name(victi
 
 
 def test_clip_embedding_cache_refuses_a_linked_cache_folder(victim, tmp_path):
-    from crossmod.lib.clip_embeddings import cached_embeddings
+    from crossmod.prompting.clip_embeddings import cached_embeddings
 
     linked = tmp_path / "emb"
     linked.symlink_to(victim.parent, target_is_directory=True)

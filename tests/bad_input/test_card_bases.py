@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from crossmod.lib.bases import BaseModelError
-from crossmod.lib.consolidate import WeightsMismatch
-from crossmod.lib.loading import load
+from crossmod.artifacts.bases import BaseModelError
+from crossmod.artifacts.consolidate import WeightsMismatch
+from crossmod.artifacts.loading import load
 
 
 def _card(folder: Path) -> dict:

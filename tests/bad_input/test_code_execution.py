@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from crossmod.lib.loading import load
+from crossmod.artifacts.loading import load
 from crossmod.models.module import MemeClassifier
 from crossmod.models.trusted_targets import UntrustedConfigError
 from tests.conftest import ROOT, scaled

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.lib.loading import load
+from crossmod.artifacts.loading import load
 
 STOLEN = "stolen-7c2e91"  # the outside file's distinctive content
 

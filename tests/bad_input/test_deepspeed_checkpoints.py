@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from crossmod.lib.consolidate import zero_state_dict
+from crossmod.artifacts.consolidate import zero_state_dict
 from tests.conftest import ROOT, scaled
 from tests.zygote import run_python
 

@@ -18,9 +18,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from crossmod.lib.clip_embeddings import cache_file, model_identity, write_cache
-from crossmod.lib.fewshot import FewShotRun, build_table
-from crossmod.lib.fewshot_prompts import FewShotPrompt
+from crossmod.prompting.clip_embeddings import cache_file, model_identity, write_cache
+from crossmod.prompting.fewshot import FewShotRun, build_table
+from crossmod.prompting.fewshot_prompts import FewShotPrompt
 from tests.conftest import ROOT
 
 DATASET = "toxictags"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.lib.evaluating import report_folder
-from crossmod.lib.user_errors import UserError
+from crossmod.results.evaluate import report_folder
+from crossmod.runtime.user_errors import UserError
 
 
 def _export(root: Path) -> Path:

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from crossmod.lib import artifacts
-from crossmod.lib.user_errors import UserError
+from crossmod.artifacts import culture_folders as artifacts
+from crossmod.runtime.user_errors import UserError
 
 MODEL = SimpleNamespace(heads={"DE": SimpleNamespace(is_binary=True)}, head_layers=object())
 

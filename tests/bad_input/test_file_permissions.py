@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import torch
 
+from crossmod.artifacts import culture_folders as artifacts
 from crossmod.data.cache_files import save_weights
-from crossmod.lib import artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from crossmod.data.memes import MemeDataModule
 from crossmod.data.sample import SampleError
 from crossmod.data.shards import read_manifest, read_samples, verify_shards
 from crossmod.data.tar_reader import ShardFormatError
-from crossmod.lib.predicting import read_inputs
+from crossmod.inference.new_memes import read_inputs
 from tests.bad_input.shard_tampering import copy_dataset, edit_manifest, raw_entries, rewrite_shard
 from tests.fixtures.small import small_synthetic
 

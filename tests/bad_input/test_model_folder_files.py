@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from crossmod.lib.transfer_report import read_zeroshot_answers
+from crossmod.reports.transfer import read_zeroshot_answers
 from tests.conftest import ROOT
 
 
@@ -58,9 +58,9 @@ def test_a_chat_template_the_sandbox_refuses_names_its_file(tmp_path):
 
 def test_few_shot_and_tag_prompts_render_through_the_same_guard(tmp_path):
     """The few-shot generator (and MemeBridge, the tag generator) render chats with the same named-file error."""
-    from crossmod.lib.fewshot_prompts import FewShotGenerator
-    from crossmod.lib.scoring import single_device_trainer
+    from crossmod.inference.scoring import single_device_trainer
     from crossmod.models.tiny.vlm import build_tiny_vlm
+    from crossmod.prompting.fewshot_prompts import FewShotGenerator
 
     folder = Path(build_tiny_vlm(tmp_path / "vlm", ["a meme about cats", "hello world"]))
     template = folder / "chat_template.jinja"

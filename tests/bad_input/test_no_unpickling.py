@@ -5,7 +5,7 @@ evaluation, the entry points, scripts, bench) and lists each call that would run
 `torch.load` without `weights_only=True` (or with `weights_only=False` anywhere), the pickle family
 (`pickle.load(s)`, `Unpickler`, `pandas.read_pickle`, `joblib`/`dill` loads, `numpy.load(allow_pickle=True)`),
 and DeepSpeed's checkpoint readers, which unpickle their shards (`zero_to_fp32`): a DeepSpeed checkpoint
-goes through src/crossmod/lib/consolidate.py's weights-only reader. The scanner is first shown to catch each
+goes through src/crossmod/artifacts/consolidate.py's weights-only reader. The scanner is first shown to catch each
 kind in a planted file, so an empty finding means something.
 (`trust_remote_code` left unset in `from_pretrained` calls is scanned for beside this, with the VLM checks.)
 """

@@ -14,7 +14,7 @@ from PIL import Image
 from crossmod.data.ocr import CaptionReader, CaptionsFromImages
 from crossmod.data.sample import Sample
 from crossmod.data.shards import Skipped
-from crossmod.lib.predicting import read_captions
+from crossmod.inference.new_memes import read_captions
 
 
 class CountingEngine:

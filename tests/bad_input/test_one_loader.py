@@ -1,4 +1,4 @@
-"""`crossmod.lib.loading.load`: the one loader every scoring job uses, for each kind of reference a user passes.
+"""`crossmod.artifacts.loading.load`: the one loader every scoring job uses, for each kind of reference a user passes.
 
 A run folder, a checkpoint inside it, the same checkpoint copied elsewhere and an exported culture all load through
 it; what holds none of these is refused by name, and a job that takes exports only refuses a run folder."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from crossmod.lib.loading import NothingToLoad, each_model, load
+from crossmod.artifacts.loading import NothingToLoad, each_model, load
 
 
 def _heads(model) -> dict[str, torch.Tensor]:
@@ -109,7 +109,7 @@ BOMB = "".join(f"{a}: &{a} [{', '.join([f'*{p}'] * 9) if p else ', '.join(['x'] 
 
 def test_a_yaml_bomb_in_a_runs_config_is_refused_by_name_not_expanded(leaky_run, tmp_path):
     """Nine lines of anchors expand to 9^9 strings; crossmod writes no anchors, so a config holding one is refused."""
-    from crossmod.lib.runs import RunConfigError
+    from crossmod.artifacts.runs import RunConfigError
 
     run = _run_copy(leaky_run, tmp_path)
     (run / "config.yaml").write_text(BOMB + (leaky_run / "config.yaml").read_text())

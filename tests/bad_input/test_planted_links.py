@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.lib.user_errors import UserError, planted_links
+from crossmod.runtime.user_errors import UserError, planted_links
 from tests.conftest import ROOT, scaled
 
 
@@ -49,7 +49,7 @@ def test_evaluate_report_files_replace_planted_links(tmp_path):
     (out / "summary.md").symlink_to(victim)
     write_file(out / "summary.md", b"report\n", "report", user_folder=True)
     assert victim.read_text() == "mine\n" and (out / "summary.md").read_text() == "report\n"
-    source = (ROOT / "src" / "crossmod" / "lib" / "evaluating.py").read_text()
+    source = (ROOT / "src" / "crossmod" / "results" / "evaluate.py").read_text()
     assert ".write_text(" not in source and "savefig" not in source  # every evaluate file goes through write_file
 
 

@@ -16,7 +16,7 @@ import pytest
 from crossmod.data.predict_inputs import InputError, read_inputs
 from crossmod.data.sample import Sample
 from crossmod.data.shards import write_shards
-from crossmod.lib.predicting import write_predictions
+from crossmod.inference.new_memes import write_predictions
 from tests.conftest import ROOT, scaled
 from tests.data.sources import layouts
 from tests.zygote import run_python

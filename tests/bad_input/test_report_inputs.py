@@ -12,8 +12,8 @@ its README with the metric shown as undefined, instead of dying after the weight
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.lib.cv_report import ReportInputError, report
+from crossmod.reports.cv import ReportInputError, report
 from tests.conftest import ROOT, scaled
 from tests.zygote import run_python
 
@@ -282,7 +282,7 @@ def test_export_writes_its_readme_when_a_metric_is_undefined(leaky_run, tmp_path
     ids=["nan", "inf", "above_one", "negative_loss", "string", "list"],
 )
 def test_a_seed_report_refuses_an_impossible_number_by_name_and_writes_nothing(tmp_path, best, field):
-    from crossmod.lib.seed_report import SeedInputError, summarise
+    from crossmod.reports.seeds import SeedInputError, summarise
 
     for seed in (1, 2):
         run = tmp_path / "runs" / f"{seed}_splits"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from crossmod.artifacts.loading import load
+from crossmod.artifacts.retrieval_db import DB_NAME, IDS_NAME, add
 from crossmod.data.predict_inputs import read_inputs
-from crossmod.lib.loading import load
-from crossmod.lib.retrieval_db import DB_NAME, IDS_NAME, add
 from tests.conftest import ROOT, scaled
 from tests.training.test_export_predict import _shard_dir
 from tests.zygote import run_python
@@ -73,7 +73,7 @@ def test_a_kill_during_an_append_leaves_an_adapter_that_loads(adapter, leaky_run
         else "retrieval_db._stale_generations = lambda *a, **k: os._exit(9)"
     )
     script = (
-        "import os\nfrom pathlib import Path\nfrom crossmod.lib import retrieval_db\n"
+        "import os\nfrom pathlib import Path\nfrom crossmod.artifacts import retrieval_db\n"
         f"{kill}\n"
         f"retrieval_db.add(Path({str(adapter)!r}), {str(shards)!r}, ['test'], False, allow_held_out=True)\n"
     )

@@ -15,8 +15,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from crossmod.artifacts.retrieval_db import DB_FILE, IDS_FILE, Database, DatabaseError, read_database, run_training_memes, write_database
 from crossmod.data.shards import sha256_file
-from crossmod.lib.retrieval_db import DB_FILE, IDS_FILE, Database, DatabaseError, read_database, run_training_memes, write_database
 from crossmod.models.trusted_targets import UntrustedConfigError
 
 
@@ -133,7 +133,7 @@ def test_a_run_whose_data_config_names_code_is_refused_before_anything_is_built(
 def test_add_checks_incoming_ids_by_the_load_rule_before_anything_is_written(ids, named):
     """What `retrieval_db add` reads from shards is checked by the rule every later load applies (check_ids), before
     anything is embedded or written: a database that no load would accept is never made."""
-    from crossmod.lib.retrieval_db import check_ids
+    from crossmod.artifacts.retrieval_db import check_ids
 
     with pytest.raises(DatabaseError, match=re.escape(named)):
         check_ids(ids, "shards")

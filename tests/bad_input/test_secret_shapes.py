@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from crossmod.lib.redaction import is_secret_key, redact, redact_override
+from crossmod.runtime.redaction import is_secret_key, redact, redact_override
 from tests.bad_input.test_secrets import files_holding_secrets
 
 SHAPES = {

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crossmod.lib.redaction import is_secret_key, redact
-from crossmod.lib.wandb_offline import read_offline_run
+from crossmod.runtime.redaction import is_secret_key, redact
+from crossmod.training.wandb_offline import read_offline_run
 from tests.bad_input.conftest import SECRETS
 
 

@@ -21,7 +21,7 @@ from crossmod.data.folds import iter_records
 from crossmod.data.memes import MemeDataModule
 from crossmod.data.shards import read_manifest, read_samples
 from crossmod.data.tar_reader import ShardFormatError, shard_samples
-from crossmod.lib.predicting import read_inputs
+from crossmod.inference.new_memes import read_inputs
 from tests.bad_input.shard_tampering import copy_dataset, raw_entries, rewrite_shard, shard_record
 from tests.fixtures.small import small_synthetic
 

@@ -25,8 +25,8 @@ from PIL import Image
 from crossmod.data.memes import MemeDataModule
 from crossmod.data.sample import Sample
 from crossmod.data.shards import write_shards
-from crossmod.lib.callbacks.checkpoint import NanSafeModelCheckpoint
 from crossmod.models.module import MemeClassifier
+from crossmod.training.callbacks.checkpoint import NanSafeModelCheckpoint
 
 HEADS = {
     "US": {"kind": "binary"},
@@ -106,7 +106,7 @@ def test_a_one_class_validation_split_is_nan_named_per_head_and_never_a_best_che
     assert sorted(metric_warnings) == sorted(
         f"val: head {h}: {what}: NaN, left out of val/mean" for h, what in expected.items() for _ in range(2)
     )
-    checkpoint_warnings = _messages(caplog, "crossmod.lib.callbacks.checkpoint")
+    checkpoint_warnings = _messages(caplog, "crossmod.training.callbacks.checkpoint")
     assert [m.split(":")[0] for m in checkpoint_warnings[:2]] == ["epoch 0", "epoch 1"]
     assert all(f"{MONITOR} is NaN" in m and "not ranked" in m for m in checkpoint_warnings[:2])
     assert checkpoint_warnings[2].startswith(f"{MONITOR} was NaN at every validation (epochs [0, 1]): no checkpoint was selected")
@@ -146,5 +146,5 @@ def test_validations_with_a_nan_monitor_are_skipped_by_name_and_the_rest_ranked(
     trainer.fit(_Scripted(values))
     assert Path(callback.best_model_path).name == f"epoch{best:03d}.ckpt"
     assert callback.unranked_epochs == unranked
-    warnings = _messages(caplog, "crossmod.lib.callbacks.checkpoint")
+    warnings = _messages(caplog, "crossmod.training.callbacks.checkpoint")
     assert [m.split(":")[0] for m in warnings] == [f"epoch {e}" for e in unranked]  # no "every validation" warning

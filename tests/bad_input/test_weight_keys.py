@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from crossmod.lib.consolidate import WeightsMismatch, restore_weights
-from crossmod.lib.loading import load
+from crossmod.artifacts.consolidate import WeightsMismatch, restore_weights
+from crossmod.artifacts.loading import load
 
 
 class Tiny(nn.Module):

@@ -13,9 +13,11 @@ from crossmod.evaluation.calibration import (
     calibration_scores,
     expected_calibration_error,
     fit_temperature,
-    log_loss as crossmod_log_loss,
     reliability_bins,
     with_temperature,
+)
+from crossmod.evaluation.calibration import (
+    log_loss as crossmod_log_loss,
 )
 
 

@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from packaging.version import Version
 
-import crossmod.lib.resolvers  # noqa: F401
+import crossmod.runtime.resolvers  # noqa: F401
 from crossmod.data.synthetic import SyntheticMemeSource, caption_corpus
 from crossmod.models.module import MemeClassifier
 from crossmod.models.retrieval.bank import Bank, rgcl_objective

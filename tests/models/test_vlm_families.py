@@ -13,11 +13,11 @@ from peft import PeftModel
 from transformers import AutoModelForImageTextToText
 
 from crossmod.data.synthetic import SyntheticMemeSource
-from crossmod.lib.resolvers import tiny_vlm
-from crossmod.lib.scoring import single_device_trainer
-from crossmod.lib.zeroshot import answer_all
+from crossmod.inference.scoring import single_device_trainer
 from crossmod.models.module import MemeClassifier
 from crossmod.models.vlm.families import FAMILIES, family_for
+from crossmod.prompting.zeroshot import answer_all
+from crossmod.runtime.resolvers import tiny_vlm
 from tests.models.test_vlm import build as build_vlm
 
 KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "idefics3", "smolvlm", "gemma3")

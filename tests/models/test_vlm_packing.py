@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from crossmod.lib.resolvers import tiny_vlm
+from crossmod.runtime.resolvers import tiny_vlm
 from tests.models.test_vlm_families import batch_of, build, samples
 
 

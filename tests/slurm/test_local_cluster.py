@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.lib.slurm import AllocationMismatch, check_allocation
+from crossmod.training.slurm import AllocationMismatch, check_allocation
 from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.zygote import run_python
 
@@ -104,7 +104,7 @@ class Slurm:
 
 @pytest.fixture(scope="module")
 def tiny_qwen(data_dir: Path) -> str:
-    from crossmod.lib.resolvers import tiny_vlm
+    from crossmod.runtime.resolvers import tiny_vlm
 
     return tiny_vlm(str(data_dir / "assets" / "tiny-qwen2-vl-synthetic"))
 
@@ -166,7 +166,7 @@ def test_train_sbatch_two_nodes(slurm: Slurm):
         # exact evaluation: every sample scored once per head over both ranks
         assert len(ids) == manifest["counts"]["split"][stage] * heads
         assert len(set(ids)) == manifest["counts"]["split"][stage]
-    # finished: the scored weights stay, the resume-only last.ckpt went (src/crossmod/lib/finished_run.py)
+    # finished: the scored weights stay, the resume-only last.ckpt went (src/crossmod/artifacts/finished_run.py)
     assert not (run_dir / "checkpoints" / "last.ckpt").exists() and Path(metrics["best_checkpoint"]).is_file()
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
 
@@ -299,7 +299,7 @@ def test_zero3_job_on_two_nodes_resumes_exactly_after_preemption(slurm: Slurm, t
     hpc = run_dir / "hpc_ckpt_1.ckpt"
     assert (hpc / "checkpoint").is_dir(), slurm.output(job)[-4000:]  # DeepSpeed's sharded layout
     log = (run_dir / "train.log").read_text()
-    assert "crossmod.lib.strategies.DeepSpeedStrategy" in (run_dir / "config.yaml").read_text()  # the group, not DDP appended
+    assert "crossmod.runtime.strategies.DeepSpeedStrategy" in (run_dir / "config.yaml").read_text()  # the group, not DDP appended
     resumed_at = re.search(r"Resuming the training stream at epoch (\d+), batch (\d+)", log)
     assert resumed_at and int(resumed_at.group(2)) > 0, log[-3000:]  # mid-epoch
 

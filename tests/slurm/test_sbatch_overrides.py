@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import crossmod.lib.resolvers  # noqa: F401  (the resolvers train.py registers)
-from crossmod.lib.strategies import DDP_CONFIG, with_default_strategy
+import crossmod.runtime.resolvers  # noqa: F401  (the resolvers train.py registers)
+from crossmod.runtime.strategies import DDP_CONFIG, with_default_strategy
 from tests.conftest import ROOT
 from tests.slurm.batch_scripts import run_batch_script, train_overrides
 
@@ -32,7 +32,7 @@ def test_deepspeed_zero3_by_its_config_group(tmp_path):
     )
     trainer = cfg["trainer"]
     assert (trainer["accelerator"], trainer["num_nodes"], trainer["devices"]) == ("gpu", 2, 4)
-    assert trainer["strategy"]["_target_"] == "crossmod.lib.strategies.DeepSpeedStrategy"
+    assert trainer["strategy"]["_target_"] == "crossmod.runtime.strategies.DeepSpeedStrategy"
     assert trainer["strategy"]["config"]["zero_optimization"]["stage"] == 3
 
 

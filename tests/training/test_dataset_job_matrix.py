@@ -71,9 +71,9 @@ def _run_dir(log_dir: Path) -> Path:
 
 def _cells(name: str, root: Path, data_dir: Path, shards: Path) -> tuple[dict[str, str], dict]:
     """Every job on one dataset: {job: "works" or the refusal}, and what the checks below need."""
-    from crossmod.lib.artifacts import export_culture
-    from crossmod.lib.cv_report import report
-    from crossmod.lib.loading import load
+    from crossmod.artifacts.culture_folders import export_culture
+    from crossmod.artifacts.loading import load
+    from crossmod.reports.cv import report
 
     fixture, culture = FIXTURES[name]
     data = [f"data={name}", *fixture(root, shards)]
@@ -171,8 +171,8 @@ def test_retrieval_db_refuses_the_runs_held_out_and_selection_memes(matrix, name
     """Adding the dataset's whole shards to the run's retrieval export is refused, naming exactly the run's held-out
     and selection memes (by id): also on the releases without a split column (Multi3Hate, MHC), whose memes sit in
     the shards' `all` split while their records carry no split."""
+    from crossmod.artifacts.retrieval_db import DatabaseError, add, unseen_by_the_run
     from crossmod.data.predict_inputs import read_inputs
-    from crossmod.lib.retrieval_db import DatabaseError, add, unseen_by_the_run
 
     _, facts = matrix[name]
     run, culture, shards = facts["run"], facts["culture"], facts["shards"]
@@ -193,7 +193,7 @@ def test_evaluate_puts_the_runs_baselines_beside_its_held_out_numbers(matrix, na
     """Scoring a run folder on its held-out memes (split=auto) carries the baselines it measured on those memes into
     the report, and summary.md shows them beside the model's AUROC; on other memes (split=all) it carries none."""
     from crossmod.evaluation.run_report import summary_markdown
-    from crossmod.lib.scored_splits import run_facts, scored_splits
+    from crossmod.results.scored_splits import run_facts, scored_splits
 
     _, facts = matrix[name]
     run = facts["run"]
@@ -222,10 +222,10 @@ def test_a_retrieval_exports_card_reports_its_own_vote_not_the_runs_head(matrix,
     """A retrieval export scores by its database's vote, so its card and README report what that vote scores on the
     run's held-out memes (what the loaded folder scores there, as evaluate.py split=auto scores it); the run's head
     numbers stay beside them, named."""
+    from crossmod.artifacts.loading import load
     from crossmod.evaluation.metrics import head_scores
-    from crossmod.lib.loading import load
-    from crossmod.lib.scored_splits import run_facts, scored_splits
-    from crossmod.lib.scoring import probabilities, single_device_trainer
+    from crossmod.inference.scoring import probabilities, single_device_trainer
+    from crossmod.results.scored_splits import run_facts, scored_splits
 
     _, facts = matrix[name]
     run, culture = facts["run"], facts["culture"]

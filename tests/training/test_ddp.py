@@ -29,7 +29,7 @@ def test_ddp_two_processes_score_every_eval_sample_exactly_once(train_run):
     assert not list((run_dir / "predictions").glob("*.rank*.csv"))
     metrics = train_run.metrics(run_dir)
     assert metrics["best"]["val"]["mean"]["auroc"] is not None
-    assert "broadcast_buffers" not in result.stdout + result.stderr  # torch's rename notice, filtered (src/crossmod/lib/console.py)
+    assert "broadcast_buffers" not in result.stdout + result.stderr  # torch's rename notice, filtered (src/crossmod/runtime/console.py)
 
 
 def test_ddp_fold_run_scores_the_held_out_fold_once_and_selects_without_it(train_run):

@@ -103,7 +103,7 @@ def test_final_weights_runs_keep_a_weights_only_last_checkpoint(train_run):
 # send SIGTERM to its own process before it runs, as a user's kill would arrive there.
 STOP_AT = {
     "model setup": ("transformers", "AutoTokenizer", "from_pretrained"),  # inside Hydra's instantiate of the model
-    "baselines": ("crossmod.lib.baselines", None, "compute"),
+    "baselines": ("crossmod.results.baselines", None, "compute"),
     "testing": ("lightning.pytorch", "Trainer", "test"),
 }
 STOPPER = """

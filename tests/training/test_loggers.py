@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from crossmod.lib.runs import redact
-from crossmod.lib.wandb_offline import read_offline_run
+from crossmod.artifacts.runs import redact
+from crossmod.training.wandb_offline import read_offline_run
 from tests.conftest import ROOT, SMALL_DATA
 from tests.zygote import run_python
 

@@ -1,5 +1,5 @@
 """MHC's transfer protocol: train on one dataset, select on its validation split, run MHC's functional report
-on the selected weights (`train.py eval_data=mhc`, src/crossmod/lib/eval_data.py)."""
+on the selected weights (`train.py eval_data=mhc`, src/crossmod/results/eval_data.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 from crossmod.data.heads import Head
 from crossmod.data.shards import read_samples
 from crossmod.data.sources.mhc import MHCSource
-from crossmod.lib.eval_data import EvalDataError, trained_head
+from crossmod.results.eval_data import EvalDataError, trained_head
 from tests.conftest import SMALL_DATA
 
 # MHC's real columns: Dutch and Mandarin files have no gender columns; Spanish and Italian leave case_templ
@@ -213,7 +213,7 @@ def test_transfer_run_scores_mhc_with_the_best_checkpoint_of_the_training_data(t
     assert transfer["scalars"]["transfer/mhc/macro_f1/de"] == functional["per_language"]["de"]["macro_f1"]
 
     # The stored probabilities are the best checkpoint's MX head on the MHC cases (not the final weights').
-    from crossmod.lib.scoring import score, single_device_trainer
+    from crossmod.inference.scoring import score, single_device_trainer
     from crossmod.models.module import MemeClassifier
 
     records = read_samples(transfer["eval_dataset_dir"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from crossmod.lib.user_errors import UserError
 from crossmod.recipes.train import optimized_value
+from crossmod.runtime.user_errors import UserError
 
 METRICS = {"best": {"val": {"mean": {"auroc": 0.81}, "all": {"loss": 0.4}}, "test": {"mean": {"auroc": 0.7}}}}
 UNVALIDATED = {"best": {"val": {}, "test": {"mean": {"auroc": 0.7}}}}

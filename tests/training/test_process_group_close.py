@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from crossmod.lib.pipeline import close_process_group
+from crossmod.training.pipeline import close_process_group
 
 
 def test_a_finished_run_closes_the_process_group(tmp_path):

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from crossmod.artifacts.retrieval_db import IDS_FILE
 from crossmod.data.predict_inputs import read_inputs
 from crossmod.data.sample import Sample
 from crossmod.data.shards import write_shards
-from crossmod.lib.retrieval_db import IDS_FILE
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.training.test_export_predict import _shard_dir
 from tests.zygote import run_python

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from crossmod.lib.callbacks.rng_states import RngStates
+from crossmod.training.callbacks.rng_states import RngStates
 from tests.data.test_stream_position import MID, SaveAt, fit, shard_root  # noqa: F401
 
 

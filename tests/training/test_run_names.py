@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-import crossmod.lib.resolvers  # noqa: F401  (registers ${run_name:} …)
+import crossmod.runtime.resolvers  # noqa: F401  (registers ${run_name:} …)
 from crossmod.recipes.cross_validate import models
 from tests.conftest import ROOT, SMALL_DATA
 

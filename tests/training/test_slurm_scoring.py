@@ -1,12 +1,12 @@
 """After a SLURM requeue the run directory holds `hpc_ckpt_<n>.ckpt`; validate/test with ckpt_path=None must still
-score the weights in memory (the final or restored best ones), not the preemption point's (src/crossmod/lib/slurm.py)."""
+score the weights in memory (the final or restored best ones), not the preemption point's (src/crossmod/training/slurm.py)."""
 
 from __future__ import annotations
 
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
-from crossmod.lib.slurm import scoring_weights_in_memory
+from crossmod.training.slurm import scoring_weights_in_memory
 
 SLURM_JOB = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "crossmod-train", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
 

@@ -1,4 +1,4 @@
-"""A rank whose loop stops moving writes its rank, place and stacks once (src/crossmod/lib/callbacks/stall_report.py)."""
+"""A rank whose loop stops moving writes its rank, place and stacks once (src/crossmod/training/callbacks/stall_report.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from crossmod.lib.callbacks.stall_report import StallReport
+from crossmod.training.callbacks.stall_report import StallReport
 
 NOTICE = "rank 1: no batch has finished"
 

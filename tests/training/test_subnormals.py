@@ -8,7 +8,7 @@ import inspect
 
 import torch
 
-from crossmod.lib import pipeline
+from crossmod.training import pipeline
 
 
 def test_subnormals_are_flushed_once_training_starts():

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-import crossmod.lib.resolvers  # noqa: F401
+import crossmod.runtime.resolvers  # noqa: F401
 from tests.conftest import ROOT, SMALL_DATA
 
 SWEEPS = sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))

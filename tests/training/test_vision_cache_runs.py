@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crossmod.lib.resolvers import tiny_vlm
+from crossmod.runtime.resolvers import tiny_vlm
 from tests.conftest import SMALL_DATA
 
 pytestmark = pytest.mark.slow

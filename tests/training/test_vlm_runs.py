@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from crossmod.lib.resolvers import tiny_vlm
+from crossmod.runtime.resolvers import tiny_vlm
 from tests.data.sources import layouts
 
 TINY = ("model.preprocessor.image_size=56", "data.batch_size=4", "data.num_workers=0", "trainer.max_epochs=1")
@@ -79,8 +79,8 @@ def test_answers_are_parsed_in_each_option_order(tmp_path, tiny_qwen, monkeypatc
     from omegaconf import OmegaConf
 
     from crossmod.data.synthetic import SyntheticMemeSource
-    from crossmod.lib.scoring import single_device_trainer
-    from crossmod.lib.zeroshot import answer_all
+    from crossmod.inference.scoring import single_device_trainer
+    from crossmod.prompting.zeroshot import answer_all
     from tests.conftest import ROOT
 
     GlobalHydra.instance().clear()

@@ -15,9 +15,9 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from crossmod.lib.consolidate import consolidate
-from crossmod.lib.loading import load
-from crossmod.lib.resolvers import tiny_vlm
+from crossmod.artifacts.consolidate import consolidate
+from crossmod.artifacts.loading import load
+from crossmod.runtime.resolvers import tiny_vlm
 from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.zygote import run_python
 

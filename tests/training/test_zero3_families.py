@@ -17,8 +17,8 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForImageTextToText
 
-from crossmod.lib.loading import load
-from crossmod.lib.resolvers import tiny_vlm
+from crossmod.artifacts.loading import load
+from crossmod.runtime.resolvers import tiny_vlm
 from tests.conftest import TrainRun
 from tests.training.test_zero3 import ZERO3, _first_val_samples, _val_probabilities
 

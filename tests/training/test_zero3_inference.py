@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from crossmod.lib.resolvers import tiny_vlm
+from crossmod.runtime.resolvers import tiny_vlm
 from tests.conftest import TrainRun
 from tests.data.sources import layouts
 

@@ -243,7 +243,7 @@ class MemeDataModule(L.LightningDataModule):
 
     def stage_records(self, stage: str, images: bool = False) -> list[dict[str, Any]]:
         """The records of the memes a stage reads (`train`, `val`, `test`), in manifest order, without their images
-        unless asked: what the baselines (src/crossmod/lib/baselines.py) fit and score on and a retrieval export's
+        unless asked: what the baselines (src/crossmod/results/baselines.py) fit and score on and a retrieval export's
         vote is scored on, the same memes the model trains and is scored on."""
         if stage == "val" and self.folds.selection in NO_SELECTION:
             return []

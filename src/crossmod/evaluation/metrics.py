@@ -39,7 +39,7 @@ from crossmod.data.heads import Head, label_mask
 # carry information (a culture that calls 93 % of the memes hateful gives acc 0.93 to a model that always says so)
 METRICS = ("auroc", "acc", "f1", "majority")
 
-# how reports name them (the console table, src/crossmod/lib/report.py): a metric added above gets its columns there
+# how reports name them (the console table, src/crossmod/results/culture_table.py): a metric added above gets its columns there
 METRIC_LABELS = {"auroc": "AUROC", "acc": "acc", "f1": "F1", "majority": "majority"}
 REFERENCE_METRICS = ("majority",)  # facts about the labels, not the model: shown for the test memes only
 

@@ -87,7 +87,7 @@ class MemeClassifier(L.LightningModule):
     `crossmod.models.backbone.Backbone`.
     """
 
-    head_rule: str | None = None  # its own heads answer; a head mapping (src/crossmod/lib/eval_data.py ScoredAs) names its rule
+    head_rule: str | None = None  # its own heads answer; a head mapping (src/crossmod/results/eval_data.py ScoredAs) names its rule
 
     def __init__(
         self,
@@ -111,10 +111,10 @@ class MemeClassifier(L.LightningModule):
     ) -> None:
         """`name_or_path`, `prompt` and `family` are family-level settings (the VLM's checkpoint, prompt, family row) that the
         fusion and the preprocessor share through interpolation; they are kept with the hyperparameters. `head_init`
-        (random | probe: LP-FT, applied before fit by src/crossmod/lib/baselines.py) and `layer_decay` (layer-wise
+        (random | probe: LP-FT, applied before fit by src/crossmod/results/baselines.py) and `layer_decay` (layer-wise
         learning-rate decay of the text encoder, `parameter_groups`) are the fine-tuning recipe's."""
         super().__init__()
-        # logger=False: loggers get the whole run config, secrets redacted (src/crossmod/lib/pipeline.py), not these
+        # logger=False: loggers get the whole run config, secrets redacted (src/crossmod/training/pipeline.py), not these
         self.save_hyperparameters({k: _plain(v) for k, v in locals().items() if k not in ("self", "__class__")}, logger=False)
         self.heads: dict[str, Head] = parse_heads(self.hparams.heads)  # order: the order of the logits
         self.preprocessor = instantiate(self.hparams.preprocessor, heads=self.hparams.heads)
@@ -131,7 +131,7 @@ class MemeClassifier(L.LightningModule):
             raise ValueError(
                 f"RGCL and retrieval classification need binary heads; {[n for n, h in self.heads.items() if not h.is_binary]} are not"
             )
-        self.retrieval_bank: Bank | None = None  # the training memes' embeddings (src/crossmod/lib/callbacks/retrieval_bank.py)
+        self.retrieval_bank: Bank | None = None  # the training memes' embeddings (src/crossmod/inference/retrieval_bank.py)
 
     @property
     def uses_embedding(self) -> bool:
@@ -140,7 +140,7 @@ class MemeClassifier(L.LightningModule):
 
     def needs_bank(self, stage: str) -> bool:
         """Whether `stage` (`fit`: each training epoch; `val`, `test`, `predict`) reads the training memes' bank, for the
-        callback that builds it (src/crossmod/lib/callbacks/retrieval_bank.py)."""
+        callback that builds it (src/crossmod/inference/retrieval_bank.py)."""
         return self.objective.needs_bank if stage == "fit" else self.scoring.needs_bank
 
     @classmethod
@@ -187,7 +187,7 @@ class MemeClassifier(L.LightningModule):
 
     def when_built(self, step: Callable[[MemeClassifier], None]) -> None:
         """Run `step` on this classifier once Lightning has built it (`configure_model`): e.g. a run's weights, which
-        under ZeRO-3 can only go into the partitions once they exist (src/crossmod/lib/loading.py)."""
+        under ZeRO-3 can only go into the partitions once they exist (src/crossmod/artifacts/loading.py)."""
         if self.backbone is not None:
             raise RuntimeError("the classifier is already built: apply the step now instead")
         self._after_build = step
@@ -221,7 +221,7 @@ class MemeClassifier(L.LightningModule):
 
     def use_bank(self, bank: Bank) -> None:
         """The memes retrieval votes among and RGCL mines: the training memes under the current weights (built by
-        src/crossmod/lib/callbacks/retrieval_bank.py in a run, by the loader for a finished one)."""
+        src/crossmod/inference/retrieval_bank.py in a run, by the loader for a finished one)."""
         self.retrieval_bank = bank
 
     def score_by_retrieval(self, bank: Bank, settings: RetrievalSettings) -> None:
@@ -237,13 +237,13 @@ class MemeClassifier(L.LightningModule):
         if self.retrieval_bank is None:
             raise RuntimeError(
                 "no retrieval bank: training builds it from the training memes (callbacks.retrieval_bank); to score a "
-                "retrieval run later give evaluate.py its run dir (not a .ckpt), or export it with export.py kind=retrieval"
+                "retrieval run later give crossmod evaluate its run dir (not a .ckpt), or export it with crossmod export kind=retrieval"
             )
         return self.retrieval_bank
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         """Each head's probabilities for the batch, with the memes' positions in the scored list (`index`), so
-        predictions made on several processes can be put back in order (src/crossmod/lib/scoring.py)."""
+        predictions made on several processes can be put back in order (src/crossmod/inference/scoring.py)."""
         return self.scoring.predict(self, batch)
 
     def heads_loss(self, logits: dict[str, torch.Tensor], labels: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -120,7 +120,7 @@ def check_trusted(config: Any, source: str | Path, root: str | None = None, targ
         if reason:
             raise UntrustedConfigError(
                 f"{source}: refused at {where}: {reason}. Files crossmod loads (exported cultures, checkpoints, "
-                "run configs) are data; build other parts from your own configs/ with train.py"
+                "run configs) are data; build other parts from your own configs/ with crossmod train"
             )
 
 

@@ -1,8 +1,8 @@
-"""Run every fold of an experiment, one process per fold, then report: `python cross_validate.py experiment=<name>`.
+"""Run every fold of an experiment, one process per fold, then report: `crossmod cv experiment=<name>`.
 
 Each fold is `train.py fold=k` in its own process (a 7B model never shares memory with its siblings)
 with the same overrides, under `<this run dir>/fold{k}`; afterwards the folds are tied together by
-`crossmod.lib.cv_report` and the chosen cross-validation metric is returned, which makes this the
+`crossmod.reports.cv` and the chosen cross-validation metric is returned, which makes this the
 program for sweeps that score a trial by its cross-validation mean (Optuna: `-m hparams_search=…`,
 W&B: `configs/sweeps/*_cv.yaml`).
 
@@ -25,10 +25,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-import crossmod.lib.resolvers  # noqa: F401  (registers ${run_id:} …)
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+import crossmod.runtime.resolvers  # noqa: F401  (registers ${run_id:} …)
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import UserError, entry_point
 
 # Each fold and the zero-shot run: a job of the installed crossmod, in a process of its own.
 JOB = (sys.executable, "-m", "crossmod")
@@ -69,7 +69,7 @@ def models(cfg: DictConfig, run_dir: Path) -> list[tuple[str, list[str], Path]]:
         return [(cfg.label, [], run_dir)]
     binary = [h for h, spec in cfg.data.heads.items() if spec.kind == "binary"]
     if len(binary) < 2:
-        raise ValueError(f"cv.per_culture=true needs several binary heads (cultures); data.heads has {binary}")
+        raise UserError(f"cv.per_culture=true needs several binary heads (cultures); data.heads has {binary}", "drop cv.per_culture, or use a dataset with a head per culture", "cv.per_culture")
     planned = [
         (f"{cfg.name}-FT-{c}", [f"~data.heads.{o}" for o in cfg.data.heads if o != c] + [f"name={cfg.name}-FT-{c}"], run_dir / f"FT-{c}")
         for c in binary
@@ -123,7 +123,7 @@ def finish(cfg: DictConfig, run_dir: Path, names: list[str]) -> float | None:
 
     The lines are `crossmod report cv`'s on the same folder, problems included (a fold scored on part of its memes is
     named, not raised): the report is written and says what it covers."""
-    from crossmod.lib.cv_report import TRANSFER, report, summary_lines
+    from crossmod.reports.cv import TRANSFER, report, summary_lines
 
     results = report(run_dir, run_dir / "cv_report")
     transfer = results.pop(TRANSFER, None)
@@ -155,15 +155,18 @@ def limited_test(cfg: DictConfig) -> str | None:
 def sweep_value(cfg: DictConfig, values: list[float | None]) -> float | None:
     """What a sweeper gets: the selection sets' mean (`cv_metric`); never a held-out fold's score."""
     if cfg.cv_metric.startswith("cv/"):
-        raise ValueError(
-            f"cv_metric={cfg.cv_metric} would score sweep trials on the held-out folds the report publishes; "
-            "use cv_selection/<head>/<metric>_mean (the folds' selection sets, cv.selection=inner)"
+        raise UserError(
+            f"cv_metric={cfg.cv_metric} would score sweep trials on the held-out folds the report publishes",
+            "use cv_selection/<head>/<metric>_mean (the folds' selection sets, cv.selection=inner)",
+            "cv_metric",
         )
     if any(v is None for v in values):
         if HydraConfig.get().mode == RunMode.MULTIRUN or "WANDB_SWEEP_ID" in os.environ:
-            raise ValueError(
+            raise UserError(
                 f"{cfg.cv_metric} was not measured: under cv.selection={cfg.cv.selection} the folds have no selection set "
-                "to score a sweep trial by; sweep with cv.selection=inner"
+                "to score a sweep trial by",
+                "sweep with cv.selection=inner",
+                "cv.selection",
             )
         return None
     return sum(values) / len(values)
@@ -175,7 +178,7 @@ def _log_trial(cfg: DictConfig, result: dict, transfer: dict | None = None) -> N
         return
     import wandb
 
-    from crossmod.lib.resolvers import wandb_offline
+    from crossmod.runtime.resolvers import wandb_offline
 
     run = wandb.init(
         project=cfg.logger.wandb.project if "wandb" in (cfg.get("logger") or {}) else None,

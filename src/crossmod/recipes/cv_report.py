@@ -5,9 +5,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="cv_report")
@@ -15,8 +15,8 @@ from crossmod.lib.user_errors import entry_point
 def main(cfg: DictConfig) -> None:
     from pathlib import Path
 
-    from crossmod.lib.cv_report import TRANSFER, report, summary_lines
-    from crossmod.lib.user_errors import UserError
+    from crossmod.reports.cv import TRANSFER, report, summary_lines
+    from crossmod.runtime.user_errors import UserError
 
     runs, out = Path(cfg.runs), Path(cfg.out) if cfg.out else None
     results = report(runs, out)

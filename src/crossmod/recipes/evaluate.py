@@ -1,5 +1,5 @@
 """Evaluate trained runs or exported cultures on a dataset and write a report folder:
-`python evaluate.py ckpt=<run dir | .ckpt | exported folder | folder of runs> data=<dataset> [split=auto]`.
+`crossmod evaluate ckpt=<run dir | .ckpt | exported folder | folder of runs> data=<dataset> [split=auto]`.
 
 `split=auto` scores each fold run on its own held-out fold and every other run on the test split."""
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-import crossmod.lib.resolvers  # noqa: F401
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+import crossmod.runtime.resolvers  # noqa: F401
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="evaluate")
@@ -19,14 +19,14 @@ from crossmod.lib.user_errors import entry_point
 def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
+    from crossmod.artifacts.bases import base_overrides
+    from crossmod.artifacts.loading import each_model
     from crossmod.data.shards import read_manifest
-    from crossmod.lib.bases import base_overrides
-    from crossmod.lib.evaluating import Loaded, evaluate, report_folder
-    from crossmod.lib.loading import each_model
-    from crossmod.lib.scored_splits import run_facts, scored_splits
-    from crossmod.lib.scoring import score, scoring_trainer
+    from crossmod.inference.scoring import score, scoring_trainer
     from crossmod.models.sharding import is_zero3
-    from crossmod.lib.console import configure_console
+    from crossmod.results.evaluate import Loaded, evaluate, report_folder
+    from crossmod.results.scored_splits import run_facts, scored_splits
+    from crossmod.runtime.console import configure_console
 
     configure_console()  # before the first from_pretrained: no "Loading weights" bar over crossmod's own lines
     OmegaConf.resolve(cfg)
@@ -34,7 +34,7 @@ def main(cfg: DictConfig) -> None:
     facts = run_facts(ckpt)
     trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
     sharded = is_zero3(trainer.strategy)  # ZeRO-3: each model built in partitions
-    models = each_model(ckpt, sharded, base_overrides(cfg.get("model")), f"python evaluate.py ckpt={ckpt}")
+    models = each_model(ckpt, sharded, base_overrides(cfg.get("model")), f"crossmod evaluate ckpt={ckpt}")
     first, load_first = models[0]
     models[0] = (first, Loaded(load_first()))  # weights are checked (and refused) before any data is prepared
     datamodule = instantiate(cfg.data)
@@ -64,7 +64,7 @@ def main(cfg: DictConfig) -> None:
 def mapped_to(data_heads: dict, requested: str | None, dataset: str, load):
     """A dataset with one hate head (MHC's `hateful`) is scored by the trained head `head=` names, else the model's head of
     that name, else its only binary head (the rule transfer scoring follows); several candidates are refused by name."""
-    from crossmod.lib.eval_data import ScoredAs, trained_head
+    from crossmod.results.eval_data import ScoredAs, trained_head
 
     binary = [head for head in data_heads.values() if head.is_binary]
 

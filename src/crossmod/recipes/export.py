@@ -1,28 +1,28 @@
-"""Export a run's cultures as shippable folders: `python export.py run=<run dir> [culture=DE] [kind=retrieval] [merge=true] [ship_base_mb=64]`."""
+"""Export a run's cultures as shippable folders: `crossmod export run=<run dir> [culture=DE] [kind=retrieval] [merge=true] [ship_base_mb=64]`."""
 
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-import crossmod.lib.resolvers  # noqa: F401
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+import crossmod.runtime.resolvers  # noqa: F401
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="export")
 @entry_point(preflight.export)
 def main(cfg: DictConfig) -> None:
-    from crossmod.lib.artifacts import export_culture
-    from crossmod.lib.bases import base_overrides
-    from crossmod.lib.console import configure_console
-    from crossmod.lib.loading import load
+    from crossmod.artifacts.bases import base_overrides
+    from crossmod.artifacts.culture_folders import export_culture
+    from crossmod.artifacts.loading import load
+    from crossmod.runtime.console import configure_console
 
     configure_console()
     run_dir = Path(cfg.run)
     model, info = load(
-        run_dir, cfg.checkpoint, bases=base_overrides(cfg.get("model")), command=f"python export.py run={run_dir}", retrieval_bank=False
+        run_dir, cfg.checkpoint, bases=base_overrides(cfg.get("model")), command=f"crossmod export run={run_dir}", retrieval_bank=False
     )
     cultures = [cfg.culture] if cfg.culture else list(model.heads)
     out = Path(cfg.out) if cfg.out else run_dir / "export"

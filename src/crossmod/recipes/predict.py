@@ -1,5 +1,5 @@
 """Score new memes with an exported culture folder:
-`python predict.py adapters=<folder> inputs=<images dir | memes.jsonl | shard dir> [threshold=0.5] [out=preds.csv]`.
+`crossmod predict adapters=<folder> inputs=<images dir | memes.jsonl | shard dir> [threshold=0.5] [out=preds.csv]`.
 
 Inputs: a folder of images (text empty), a JSONL file (`{"id", "text", "image": <path relative to the
 file>, "lang"}` per line), or a shard directory written by crossmod. Output: one row per meme with each
@@ -17,45 +17,39 @@ A base model the folder names but does not ship is given with `model.name_or_pat
 """
 
 import json
-import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-import crossmod.lib.resolvers  # noqa: F401
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+import crossmod.runtime.resolvers  # noqa: F401
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import UserError, entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="predict")
 @entry_point(preflight.predict)
 def main(cfg: DictConfig) -> None:
+    from crossmod.artifacts.bases import base_overrides
+    from crossmod.artifacts.loading import load
     from crossmod.data.predict_inputs import check_inputs
-    from crossmod.lib.bases import BaseModelError, base_overrides
-    from crossmod.lib.loading import load
-    from crossmod.lib.predicting import read_captions, read_inputs, write_predictions
-    from crossmod.lib.scoring import score, scoring_trainer
-    from crossmod.lib.console import configure_console
+    from crossmod.inference.new_memes import read_captions, read_inputs, write_predictions
+    from crossmod.inference.scoring import score, scoring_trainer
+    from crossmod.runtime.console import configure_console
 
     configure_console()  # before the first from_pretrained: no "Loading weights" bar over crossmod's own lines
     try:
         inputs = read_inputs(str(cfg.inputs), cfg.splits, on_error=cfg.on_error, max_image_bytes=cfg.max_image_bytes)
     except (ValueError, FileNotFoundError) as error:  # InputError, a manifest naming files outside its folder …
-        print(f"[predict] error: {error}", file=sys.stderr)
-        sys.exit(1)
-    try:
-        model, info = load(cfg.adapters, bases=base_overrides(cfg.model), expect="culture")
-        card = info["card"]
-    except BaseModelError as error:  # a base the folder names but this machine lacks: the key and the override to give
-        print(f"[predict] error: {error}", file=sys.stderr)
-        sys.exit(1)
+        raise UserError(str(error), key="inputs") from error
+    model, info = load(cfg.adapters, bases=base_overrides(cfg.model), expect="culture")  # a missing base: BaseModelError
+    card = info["card"]
     if cfg.culture and cfg.culture != card["culture"]:
-        raise ValueError(f"{cfg.adapters} is the {card['culture']} export, not {cfg.culture}")
+        raise UserError(f"{cfg.adapters} is the {card['culture']} export, not {cfg.culture}", f"give culture={card['culture']} or the {cfg.culture} folder", "culture")
     if cfg.k is not None:
         if card.get("kind") != "retrieval":
-            raise ValueError(f"k={cfg.k} sets how many neighbours vote; {cfg.adapters} scores with its head (not kind=retrieval)")
+            raise UserError(f"k={cfg.k} sets how many neighbours vote; {cfg.adapters} scores with its head (not kind=retrieval)", "drop k=, or give a retrieval export (crossmod export kind=retrieval)", "k")
         from crossmod.models.retrieval.settings import RetrievalSettings
 
         model.score_by_retrieval(model.bank(), RetrievalSettings.of({"k": cfg.k, "weighting": model.retrieval_settings.weighting}))
@@ -68,9 +62,8 @@ def main(cfg: DictConfig) -> None:
         print(f"[predict] {read} captions read off their images with {cfg.ocr}{cached}")
     try:
         allowed = check_inputs(inputs, model.preprocessor.needs, frozenset(cfg.allow_missing))
-    except ValueError as error:
-        print(f"[predict] error: {error}", file=sys.stderr)
-        sys.exit(1)
+    except ValueError as error:  # a meme lacking what the model reads, not allowed by allow_missing
+        raise UserError(str(error), key="allow_missing") from error
     for name, ids in allowed.items():
         print(f"[predict] warning: {len(ids)} memes scored without {name} (allow_missing)")
     trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
@@ -78,7 +71,7 @@ def main(cfg: DictConfig) -> None:
     temperatures = {card["culture"]: temperature} if temperature else None
     rows = score(trainer, model, inputs, cfg.batch_size, cfg.threshold, cfg.num_workers, temperatures)
     if card.get("policy"):  # act / review / allow by the thresholds the run's selection split chose for this culture
-        from crossmod.lib.scoring import with_actions
+        from crossmod.inference.scoring import with_actions
 
         with_actions(rows, card["culture"], card["policy"])
     if not trainer.is_global_zero:

@@ -22,14 +22,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-import crossmod.lib.resolvers  # noqa: F401  (paths use ${project_root:})
+import crossmod.runtime.resolvers  # noqa: F401  (paths use ${project_root:})
 from crossmod.data.folds import find_folds
 from crossmod.data.paths import override_value
 from crossmod.data.shards import MANIFEST, conversion_summary
 from crossmod.evaluation.dataset_report import write_annotation_report
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import UserError, entry_point
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import UserError, entry_point
 
 CONFIG_DIR = package_configs()
 
@@ -72,7 +72,7 @@ def prepare(data: DictConfig, out: str | None = None, force: bool = False, folds
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="prepare")
-@entry_point(preflight.prepare)  # a UserError is one message on stderr, exit status 1 (src/crossmod/lib/user_errors.py)
+@entry_point(preflight.prepare)  # a UserError is one message on stderr, exit status 1 (src/crossmod/runtime/user_errors.py)
 def main(cfg: DictConfig) -> None:
     name = HydraConfig.get().runtime.choices["data"]
     try:

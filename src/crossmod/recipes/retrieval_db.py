@@ -6,9 +6,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="retrieval_db")
@@ -22,9 +22,9 @@ def main(cfg: DictConfig) -> None:
 
     from omegaconf import OmegaConf
 
-    from crossmod.lib.bases import base_overrides
-    from crossmod.lib.retrieval_db import add
-    from crossmod.lib.user_errors import UserError
+    from crossmod.artifacts.bases import base_overrides
+    from crossmod.artifacts.retrieval_db import add
+    from crossmod.runtime.user_errors import UserError
 
     splits = None if cfg.splits is None else [str(s) for s in (cfg.splits if OmegaConf.is_list(cfg.splits) else [cfg.splits])]
     try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="seed_report")
@@ -17,8 +17,8 @@ def main(cfg: DictConfig) -> None:
     from pathlib import Path
 
     from crossmod.evaluation.summary import shown
-    from crossmod.lib.seed_report import summarise
-    from crossmod.lib.user_errors import UserError
+    from crossmod.reports.seeds import summarise
+    from crossmod.runtime.user_errors import UserError
 
     runs = Path(cfg.runs)
     summary = summarise(runs)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="synthetic_rule")
@@ -15,7 +15,7 @@ def main(cfg: DictConfig) -> None:
     import json
 
     from crossmod.data.synthetic import SyntheticMemeSource, summary_markdown
-    from crossmod.lib.user_errors import UserError
+    from crossmod.runtime.user_errors import UserError
 
     try:
         source = SyntheticMemeSource(num_groups=cfg.num_groups, seed=cfg.seed, label_noise=cfg.label_noise, image_text=cfg.image_text)

@@ -1,21 +1,21 @@
-"""Train a crossmod experiment: `python train.py experiment=<name> [overrides]` (Hydra)."""
+"""Train a crossmod experiment: `crossmod train experiment=<name> [overrides]` (Hydra)."""
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-import crossmod.lib.resolvers  # noqa: F401  (registers ${run_id:}, ${wandb_offline:} …)
+import crossmod.runtime.resolvers  # noqa: F401  (registers ${run_id:}, ${wandb_offline:} …)
 from crossmod.data.selection_rules import NO_SELECTION
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import UserError, entry_point
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import UserError, entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
 @entry_point(preflight.train)  # a prompting recipe, a ??? value, a missing data folder or fold: one message, no run dir
 def main(cfg: DictConfig) -> float | None:
-    from crossmod.lib.pipeline import run
+    from crossmod.training.pipeline import run
 
     OmegaConf.resolve(cfg)
     metrics = run(cfg)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="wandb_offline")
@@ -16,8 +16,8 @@ def main(cfg: DictConfig) -> None:
     import json
     from pathlib import Path
 
-    from crossmod.lib.user_errors import UserError
-    from crossmod.lib.wandb_offline import read_offline_run
+    from crossmod.runtime.user_errors import UserError
+    from crossmod.training.wandb_offline import read_offline_run
 
     parts = ("summary", "config", "run", "history", "all")
     if cfg.part not in parts:

@@ -1,22 +1,22 @@
-"""Answer memes zero-shot with a VLM and the study's prompts: `python zeroshot.py experiment=qwen_zeroshot [overrides]` (Hydra).
+"""Answer memes zero-shot with a VLM and the study's prompts: `crossmod zeroshot experiment=qwen_zeroshot [overrides]` (Hydra).
 
 Results land in `<run dir>/zeroshot/` (`answers.csv`, `summary.json`, `summary.md`); the logic is
-`crossmod.lib.zeroshot`.
+`crossmod.prompting.zeroshot`.
 """
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-import crossmod.lib.resolvers  # noqa: F401  (registers ${run_id:}, ${tiny_vlm:} …)
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+import crossmod.runtime.resolvers  # noqa: F401  (registers ${run_id:}, ${tiny_vlm:} …)
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
-@entry_point(preflight.prompting("python zeroshot.py", "zeroshot", "qwen_zeroshot"))
+@entry_point(preflight.prompting("crossmod zeroshot", "zeroshot", "qwen_zeroshot"))
 def main(cfg: DictConfig) -> float:
-    from crossmod.lib.zeroshot import run
+    from crossmod.prompting.zeroshot import run
 
     OmegaConf.resolve(cfg)
     return run(cfg)

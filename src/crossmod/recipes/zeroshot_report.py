@@ -5,9 +5,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from crossmod.lib import preflight
-from crossmod.lib.resolvers import package_configs
-from crossmod.lib.user_errors import entry_point
+from crossmod.launch import preflight
+from crossmod.runtime.resolvers import package_configs
+from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="zeroshot_report")
@@ -17,7 +17,7 @@ def main(cfg: DictConfig) -> None:
 
     from omegaconf import OmegaConf
 
-    from crossmod.lib.zeroshot_report import comparison
+    from crossmod.reports.zeroshot import comparison
 
     runs = [Path(str(run)) for run in (cfg.runs if OmegaConf.is_list(cfg.runs) else [cfg.runs])]
     table = comparison(runs)

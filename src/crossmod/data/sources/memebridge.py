@@ -6,7 +6,7 @@ meme: `{"id", "image": "images/x.jpg", "text", "sentiment": "positive|neutral|ne
 "cultural|general", "topic", "split": "train|val|test"}`; any further fields (explanation,
 misunderstanding, mcq, significance …) are kept in meta. A null sentiment or emotions list means
 "not annotated" (the head is masked); an empty emotions list is a real annotation (no emotion).
-The fields the prompting protocol (src/crossmod/lib/memebridge.py) reads are checked here: `explanation` (the
+The fields the prompting protocol (src/crossmod/prompting/memebridge.py) reads are checked here: `explanation` (the
 original explanation) and `explanation_formatted` (the formatted reference) are strings, and `mcq` is
 `{"correct", "us_misreading", "generated_misreading"}`, each a non-empty string (the three options).
 Version 2 checks them (version 1 kept them unchecked; its shards are not reused).

@@ -1,6 +1,6 @@
 """One entry for every tiny VLM checkpoint kind (a Transformers `model_type`): which builder writes it.
 
-`${tiny_vlm:<folder>,<kind>}` in a model config (src/crossmod/lib/resolvers.py) builds the folder on first use,
+`${tiny_vlm:<folder>,<kind>}` in a model config (src/crossmod/runtime/resolvers.py) builds the folder on first use,
 so `model=vlm model.name_or_path=${tiny_vlm:…,gemma3}` runs any family on the synthetic memes.
 """
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,12 @@ class VLMPreprocessor:
     def needs(self) -> frozenset[str]:
         """The caption when the prompt shows it; an image-less meme gets the documented placeholder image."""
         return frozenset({"text"}) if self.prompt.input in ("image_caption", "caption") else frozenset()
+
+    def ask_with(self, index: int) -> None:
+        """Ask with the prompt spec's `index`-th wording from now on (zero-shot answers every meme once per wording):
+        the answer options' token ids are looked up again for it."""
+        self.prompt = replace(self.prompt, index=index)
+        self._option_ids.clear()
 
     def option_ids(self, lang: str) -> tuple[int, int]:
         """Token ids of (hate option, non-hate option) as the model's first answer token; each must be one token."""

@@ -7,7 +7,7 @@ scores them against the gold tags by tag similarity (`crossmod.evaluation.tag_si
 cosine match among the generated tags, mean over gold tags, then over memes; embeddings from the
 sentence-transformers model `similarity.model`) and logs `test/tags/similarity` with the counts
 `test/tags/{memes,scored,no_gold,empty}`. The generated rows wait in `generated_tags` for the
-`TagWriter` callback (src/crossmod/lib/callbacks/tag_writer.py), which writes them to `<run dir>/tags/`.
+`TagWriter` callback (src/crossmod/training/callbacks/tag_writer.py), which writes them to `<run dir>/tags/`.
 
 Everything else is the meme classifier's: the backbone (`VLMClassifier` in `generate` mode) is built in
 `configure_model`, optimizer groups and schedule, adapter export, and the checks on loaded checkpoints.
