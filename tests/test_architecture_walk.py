@@ -14,7 +14,7 @@ STEP = re.compile(r"^\s*\d+\. `(src/crossmod/[\w/]+\.py)`", re.M)
 
 def walk() -> list[Path]:
     text = (ROOT / "docs" / "architecture.md").read_text()
-    section = text.split("### A walk through `crossmod predict`", 1)[1].split("\n## ", 1)[0]
+    section = text.split("### A walk through crossmod predict", 1)[1].split("\n## ", 1)[0]
     return [ROOT / path for path in STEP.findall(section)]
 
 

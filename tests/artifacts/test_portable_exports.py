@@ -20,7 +20,7 @@ from crossmod.artifacts.bases import BaseModelError, absolute_paths, folder_sha2
 from crossmod.artifacts.loading import load
 from crossmod.runtime.resolvers import tiny_text_encoder
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
-from tests.training.test_export_predict import _scores, _shard_dir
+from tests.artifacts.test_export_predict import _scores, _shard_dir
 from tests.zygote import run_python
 
 DECLARED = "nreimers/MiniLM-L6-H384-uncased"

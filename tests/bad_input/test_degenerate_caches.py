@@ -78,7 +78,7 @@ def test_an_all_blank_tags_file_is_refused(settings, tmp_path):
     tags_file = tmp_path / "generated.jsonl"
     tags_file.write_text("".join(json.dumps({"id": str(i), "tags": ["", "  "]}) + "\n" for i in range(6)))
     settings.tags_file = str(tags_file)
-    with pytest.raises(ValueError, match=rf"{tags_file}: every tag is blank.*train.py experiment=toxictags_tag_generator"):
+    with pytest.raises(ValueError, match=rf"{tags_file}: every tag is blank.*crossmod train experiment=toxictags_tag_generator"):
         build_table(settings, memes(), ["generated_tags"], "ds-1", DATASET, torch.device("cpu"))
 
 

@@ -24,7 +24,7 @@ def test_a_non_numeric_prediction_in_answers_csv_names_file_and_row(tmp_path):
         writer.writeheader()
         writer.writerow({"prompt": "0", "id": "m1", "p_hate": "0.9", "prediction": "1"})
         writer.writerow({"prompt": "0", "id": "m2", "p_hate": "0.2", "prediction": "hate"})
-    with pytest.raises(ValueError, match=rf"{path}, row 3: prediction 'hate' is not 0, 1 or empty.*zeroshot.py"):
+    with pytest.raises(ValueError, match=rf"{path}, row 3: prediction 'hate' is not 0, 1 or empty.*crossmod zeroshot"):
         read_zeroshot_answers(path)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import TrainRun
 from tests.fixtures.shard_server import serve
-from tests.training.test_export_predict import _cli, _scores
+from tests.artifacts.test_export_predict import _cli, _scores
 from tests.training.test_zero3 import _val_history
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ from crossmod.data.predict_inputs import read_inputs
 from crossmod.data.sample import Sample
 from crossmod.data.shards import write_shards
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
-from tests.training.test_export_predict import _shard_dir
+from tests.artifacts.test_export_predict import _shard_dir
 from tests.zygote import run_python
 
 RGCL = ("fold=0", "num_folds=3", "trainer.max_epochs=2", "+model.rgcl={weight: 0.5, loss: nll}", "+model.classify=retrieval")
