@@ -205,7 +205,7 @@ def test_preempted_job_resumes_and_matches_uninterrupted_run(slurm: Slurm):
     slurm.assert_completed(job, info)
     assert info.get("Restarts") == "1", info
     out = slurm.output(job)
-    hpc = run_dir / "hpc_ckpt_1.ckpt"
+    hpc = run_dir / "checkpoints" / "requeue" / "hpc_ckpt_1.ckpt"
     assert hpc.exists(), out[-4000:]
     assert "restart 1:" in out
     assert f"Restoring states from the checkpoint path at {hpc}" in (run_dir / "train.log").read_text() + out
@@ -296,7 +296,7 @@ def test_zero3_job_on_two_nodes_resumes_exactly_after_preemption(slurm: Slurm, t
     info = slurm.wait(job, timeout=scaled(900))
     slurm.assert_completed(job, info)
     assert info.get("Restarts") == "1", info
-    hpc = run_dir / "hpc_ckpt_1.ckpt"
+    hpc = run_dir / "checkpoints" / "requeue" / "hpc_ckpt_1.ckpt"
     assert (hpc / "checkpoint").is_dir(), slurm.output(job)[-4000:]  # DeepSpeed's sharded layout
     log = (run_dir / "train.log").read_text()
     assert "crossmod.runtime.strategies.DeepSpeedStrategy" in (run_dir / "config.yaml").read_text()  # the group, not DDP appended

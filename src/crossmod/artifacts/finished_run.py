@@ -1,7 +1,7 @@
 """A finished run keeps the weights it scored, not the state it could have resumed from.
 
 `last.ckpt` (weights + optimizer and scheduler state: about 3× the weights under Adam) and the SLURM requeue
-checkpoints `hpc_ckpt_*.ckpt` exist to resume a run; once it has finished they only take disk (6.1 GB for one small
+checkpoints `checkpoints/requeue/hpc_ckpt_*.ckpt` exist to resume a run; once it has finished they only take disk (6.1 GB for one small
 Table 11). With a best checkpoint (weights only, configs/callbacks/default.yaml) both go; without one (the run
 scored its final weights: `cv.selection=last`, no ranked validation) `last.ckpt` is those weights and is rewritten
 without its optimizer and scheduler state. `keep_resume_checkpoints=true` keeps everything (to train on from a
@@ -29,9 +29,12 @@ def finished_run_checkpoints(run_dir: Path, best: str | None, keep: bool = False
     if keep or rank_zero_only.rank != 0:
         return []
     changed: list[str] = []
-    for hpc in sorted(Path(run_dir).glob("hpc_ckpt_*.ckpt")):
+    requeue = Path(run_dir) / "checkpoints" / "requeue"  # crossmod.training.slurm's REQUEUE_DIR (a room above this one)
+    for hpc in sorted(requeue.glob("hpc_ckpt_*.ckpt")):
         _remove(hpc)
         changed.append(str(hpc))
+    if requeue.is_dir() and not requeue.is_symlink() and not any(requeue.iterdir()):
+        requeue.rmdir()
     last = Path(run_dir) / "checkpoints" / "last.ckpt"
     if best and last.exists() and last.resolve() != Path(best).resolve():
         _remove(last)

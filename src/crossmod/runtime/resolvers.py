@@ -33,13 +33,20 @@ def run_id() -> str:
 
 def run_folder(ckpt_path: Any, new: str) -> str:
     """The run directory: a run resumed from a checkpoint of a run that did not finish (`ckpt_path=<run>/checkpoints/
-    <file>` or a SLURM `<run>/hpc_ckpt_<n>.ckpt`, the run without metrics.json) continues in that run's folder: its
+    <file>` or a SLURM `<run>/checkpoints/requeue/hpc_ckpt_<n>.ckpt`, the run without metrics.json) continues in that run's folder: its
     best-checkpoint tracking, logs and status carry on. Any other run gets `new`: a finished run trained further
     keeps its own results, and a checkpoint outside a run folder starts a new one."""
     if ckpt_path in (None, ""):
         return new
     path = Path(str(ckpt_path))
-    for candidate in (path.parent.parent, path.parent) if path.parent.name == "checkpoints" else (path.parent,):
+    where = path.parent.name, path.parent.parent.name
+    if where == ("requeue", "checkpoints"):  # <run>/checkpoints/requeue/hpc_ckpt_<n>.ckpt
+        candidates: tuple[Path, ...] = (path.parents[2],)
+    elif where[0] == "checkpoints":  # <run>/checkpoints/<file>
+        candidates = (path.parent.parent, path.parent)
+    else:
+        candidates = (path.parent,)
+    for candidate in candidates:
         if (candidate / "config.yaml").is_file() and (candidate / ".hydra").is_dir():
             return new if (candidate / "metrics.json").exists() else str(candidate)
     return new

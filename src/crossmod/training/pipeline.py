@@ -39,7 +39,7 @@ from crossmod.training.callbacks.interruption import Interrupted, InterruptionCh
 from crossmod.training.callbacks.rng_states import RngStates
 from crossmod.training.run_status import RunStatus, command_line
 from crossmod.training.selection import NO_VALIDATION, without_selection
-from crossmod.training.slurm import SlurmRequeue, check_allocation, scoring_weights_in_memory
+from crossmod.training.slurm import SlurmRequeue, check_allocation, requeue_checkpoint
 
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -140,7 +140,8 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
     fresh = cfg.get("train", True) and not cfg.get("ckpt_path")  # a resumed run keeps the baselines it measured
     baselines = measure_baselines(cfg, parts.datamodule, parts.model, parts.trainer, run_dir) if fresh else read_baselines(run_dir)
     if cfg.get("train", True):
-        parts.trainer.fit(parts.model, datamodule=parts.datamodule, ckpt_path=cfg.get("ckpt_path"))
+        resume = cfg.get("ckpt_path") or (requeue_checkpoint(run_dir) if SLURMEnvironment.detect() else None)
+        parts.trainer.fit(parts.model, datamodule=parts.datamodule, ckpt_path=resume)  # a requeued job: where it stopped
         final_val = {k: float(v) for k, v in parts.trainer.callback_metrics.items() if k.startswith("val/")}
     scored = _score_selected(cfg, parts)
     metrics = _metrics(cfg, parts, scored, final_val)
@@ -197,12 +198,12 @@ def _score_selected(cfg: DictConfig, parts: RunParts) -> ScoredWeights:
         restore_weights(model, zero_state_dict(ckpt_path))
         ckpt_path = None
     scores: dict[str, Any] = {}
-    with scoring_weights_in_memory(trainer):  # ckpt_path=None means these weights, also after a SLURM requeue
-        # Lightning returns no results for a loop limited to 0 batches (trainer.limit_val_batches=0): nothing to add
-        if not parts.no_validation:
-            scores.update(next(iter(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
-        if cfg.get("test", True) and datamodule.has_test_stage:
-            scores.update(next(iter(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
+    # ckpt_path=None means these weights, also after a SLURM requeue (its checkpoints lie where Lightning does not look).
+    # Lightning returns no results for a loop limited to 0 batches (trainer.limit_val_batches=0): nothing to add
+    if not parts.no_validation:
+        scores.update(next(iter(trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
+    if cfg.get("test", True) and datamodule.has_test_stage:
+        scores.update(next(iter(trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)), {}))
     if cfg.get("test", True) and not datamodule.has_test_stage:
         rank_zero_info(f"dataset {datamodule.manifest['dataset']} has no test split {datamodule.folds.test_splits}: no test stage.")
     rule = datamodule.selection_rule

@@ -5,12 +5,11 @@
 `SlurmRequeue` replaces Lightning's in-signal-handler checkpointing (which runs collectives from inside a
 signal handler, wherever each rank happens to be: ranks can deadlock or exchange mismatched buffers) with a
 deferred one: SIGUSR1 only sets a flag; at the next training-batch boundary the ranks agree on it (one
-tiny all-reduce per step), all save `hpc_ckpt_<n>.ckpt` in `trainer.default_root_dir` (the run directory,
-keyed by the job id), rank 0 runs `scontrol requeue <job>` and the ranks wait to be stopped by SLURM. The
-requeued job starts with the same job id, hence the same run directory, and Lightning restores the newest
-`hpc_ckpt_*.ckpt` there by itself (checkpoint_connector `_hpc_resume_path`): model, optimizer, scheduler,
-loops (epoch, batch, global step), callbacks, and the datamodule's training-stream position
-(src/crossmod/data/stream_position.py). The RNG states travel in the same checkpoint (src/crossmod/training/callbacks/rng_states.py):
+tiny all-reduce per step), all save `checkpoints/requeue/hpc_ckpt_<n>.ckpt` in the run directory (keyed by the job
+id), rank 0 runs `scontrol requeue <job>` and the ranks wait to be stopped by SLURM. The requeued job starts with the
+same job id, hence the same run directory, and the pipeline resumes fit from the newest of them (`requeue_checkpoint`,
+passed as fit's `ckpt_path`): model, optimizer, scheduler, loops (epoch, batch, global step), callbacks, and the
+datamodule's training-stream position (src/crossmod/data/stream_position.py). The RNG states travel in the same checkpoint (src/crossmod/training/callbacks/rng_states.py):
 the resumed run sees exactly the batches and draws of the uninterrupted one.
 """
 
@@ -18,11 +17,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -31,6 +30,7 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
+REQUEUE_DIR = Path("checkpoints") / "requeue"  # inside the run directory
 
 
 class AllocationMismatch(RuntimeError):
@@ -119,7 +119,7 @@ class SlurmRequeue(Callback):
     def _preempt(self, trainer: L.Trainer) -> None:
         for logger in trainer.loggers:
             logger.save()
-        path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
+        path = str(next_requeue_path(Path(trainer.default_root_dir)))
         trainer.save_checkpoint(path)  # on every rank: the RNG states of all ranks are gathered into it
         requeued = False
         if trainer.is_global_zero:
@@ -137,22 +137,17 @@ class SlurmRequeue(Callback):
                 time.sleep(1)
 
 
-@contextmanager
-def scoring_weights_in_memory(trainer: L.Trainer) -> Iterator[None]:
-    """validate/test with `ckpt_path=None` score the model as it is in memory. Under SLURM, Lightning instead loads
-    the newest `hpc_ckpt_<n>.ckpt` of the run directory whenever one exists: after a requeue, the weights of the
-    preemption point would be scored in place of the final (or restored best) weights, and under ZeRO-3 the load
-    fails outright (no optimizer to restore partitions into). Within this block that substitution is off."""
-    connector = trainer._checkpoint_connector
-    original = type(connector)
+def requeue_checkpoint(run_dir: Path) -> Path | None:
+    """The newest requeue checkpoint of a run (the highest `<n>`), or None.
 
-    class InMemory(original):  # type: ignore[misc, valid-type]
-        @property
-        def _hpc_resume_path(self) -> None:
-            return None
+    They are kept under `checkpoints/requeue/`, not where Lightning looks for its own `hpc_ckpt_<n>.ckpt` (the
+    trainer's default_root_dir): Lightning would otherwise substitute the newest one for `ckpt_path=None` in
+    validate/test under SLURM, and score the preemption point's weights instead of the final or best ones."""
+    found = [(int(m[1]), p) for p in (run_dir / REQUEUE_DIR).glob("hpc_ckpt_*.ckpt") if (m := re.fullmatch(r"hpc_ckpt_(\d+)\.ckpt", p.name))]
+    return max(found)[1] if found else None
 
-    connector.__class__ = InMemory
-    try:
-        yield
-    finally:
-        connector.__class__ = original
+
+def next_requeue_path(run_dir: Path) -> Path:
+    newest = requeue_checkpoint(run_dir)
+    number = int(newest.stem.rsplit("_", 1)[1]) + 1 if newest else 1
+    return run_dir / REQUEUE_DIR / f"hpc_ckpt_{number}.ckpt"
