@@ -103,3 +103,51 @@ def test_the_temperature_is_fitted_on_the_selection_split_only():
     assert first["before"] != flipped["before"] and first["selection_memes"] == 200
     # a head with one class on val gets no temperature (it would only push every probability towards that class)
     assert temperature_on_selection({"US": (np.zeros(5), rng.random(5))}, {"US": (y_test, p_test)}) == {}
+
+
+def test_platt_recovers_the_slope_and_intercept_scores_were_made_with():
+    """Platt scaling equals scikit-learn's unpenalised logistic regression on the logit, and finds the generating map."""
+    from sklearn.linear_model import LogisticRegression
+
+    from crossmod.evaluation.calibration import fit_platt, logits, with_platt
+
+    rng = np.random.default_rng(3)
+    z = rng.normal(0, 1.5, size=20_000)
+    y = (rng.random(z.size) < 1 / (1 + np.exp(-z))).astype(int)
+    shifted = 1 / (1 + np.exp(-(2.0 * z - 1.0)))  # the true logit is (logit(p) + 1) / 2: slope 0.5, intercept 0.5
+    slope, intercept = fit_platt(y, shifted)
+    assert slope == pytest.approx(0.5, rel=0.05) and intercept == pytest.approx(0.5, abs=0.05)
+    reference = LogisticRegression(C=np.inf, tol=1e-10, max_iter=1000).fit(logits(shifted)[:, None], y)
+    np.testing.assert_allclose(with_platt(shifted, slope, intercept), reference.predict_proba(logits(shifted)[:, None])[:, 1], atol=1e-9)
+    assert expected_calibration_error(y, with_platt(shifted, slope, intercept)) < expected_calibration_error(y, shifted) / 3
+    assert roc_auc_score(y, with_platt(shifted, slope, intercept)) == pytest.approx(roc_auc_score(y, shifted), abs=1e-12)
+
+
+def test_isotonic_equals_scikit_learns_and_is_monotone():
+    from sklearn.isotonic import IsotonicRegression
+
+    from crossmod.evaluation.calibration import fit_isotonic, with_isotonic
+
+    rng = np.random.default_rng(4)
+    p_val, p_test = rng.random(500), np.concatenate([rng.random(300), [0.0, 1.0]])
+    y_val = (rng.random(500) < p_val**3).astype(int)
+    knots = fit_isotonic(y_val, p_val)
+    reference = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(p_val, y_val)
+    np.testing.assert_allclose(with_isotonic(p_test, *knots), reference.predict(p_test), atol=1e-12)
+    mapped = with_isotonic(np.sort(p_test), *knots)
+    assert (np.diff(mapped) >= 0).all() and mapped.min() >= 0 and mapped.max() <= 1
+    # by hand: labels that rise with p are their own isotonic fit at the knots
+    assert with_isotonic([0.1, 0.5, 0.9], *fit_isotonic([0, 0, 1], [0.1, 0.5, 0.9])).tolist() == [0.0, 0.0, 1.0]
+
+
+def test_the_alternatives_are_fitted_on_the_selection_split_only():
+    from crossmod.evaluation.calibration import fit_isotonic, fit_platt, temperature_on_selection
+
+    rng = np.random.default_rng(5)
+    p_val, p_test = rng.random(200), rng.random(300)
+    y_val, y_test = (rng.random(200) < p_val**2).astype(int), (rng.random(300) < p_test).astype(int)
+    first = temperature_on_selection({"US": (y_val, p_val)}, {"US": (y_test, p_test)})["US"]
+    flipped = temperature_on_selection({"US": (y_val, p_val)}, {"US": (1 - y_test, p_test)})["US"]
+    assert (first["platt"]["slope"], first["platt"]["intercept"]) == (flipped["platt"]["slope"], flipped["platt"]["intercept"]) == fit_platt(y_val, p_val)
+    assert first["isotonic"]["knots"] == len(fit_isotonic(y_val, p_val)[0])
+    assert first["platt"]["after"] != flipped["platt"]["after"] and first["isotonic"]["after"] != flipped["isotonic"]["after"]

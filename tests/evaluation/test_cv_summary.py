@@ -124,8 +124,27 @@ def test_calibration_before_and_after_each_folds_temperature_is_averaged_over_fo
     assert metrics["cv/US/temperature_mean"] == pytest.approx(1.5) and metrics["cv/US/temperature_std"] == pytest.approx(math.sqrt(0.5))
     assert "cv/mean/temperature_mean" not in metrics  # a temperature is per head
     text = cv_markdown("x", [0, 1], [], summary)
-    assert "| US | 0.200 → 0.075 | 0.200 → 0.100 | 0.600 → 0.500 | 1.500 ± 0.707 |" in text
+    assert "| US | 0.200 → 0.075 | 0.200 → 0.100 | 0.600 → 0.500 | 1.500 ± 0.707 | — / — |" in text
     assert "| mean | 0.200 → 0.075 | 0.200 → 0.100 | 0.600 → 0.500 | — |" in text and "each fold's own" in text
     del results[1]["calibration"]  # one fold without: no mean over the folds that have one, and no table
     summary = summarise(results, pool_out_of_fold(results))
     assert summary["calibration"] is None and "Calibration of the held-out folds" not in cv_markdown("x", [0, 1], [], summary)
+
+
+def test_platt_and_isotonic_are_averaged_only_when_every_fold_has_them():
+    def calibrated(platt_ece: float | None) -> dict:
+        scores = {"ece": 0.1, "brier": 0.1, "log_loss": 0.5}
+        row = {"temperature": 1.0, "before": scores, "after": scores}
+        if platt_ece is not None:
+            row |= {"platt": {"slope": 1.0, "intercept": 0.0, "after": {**scores, "ece": platt_ece}}, "isotonic": {"knots": 3, "after": {**scores, "ece": 0.04}}}
+        return {"rule": "temperature fitted …", "bins": "10 equal-width bins", "heads": {"US": row}, "mean": {"before": scores, "after": scores}}
+
+    results = {0: _fold(0, "inner", 0.8, FOLD0), 1: _fold(1, "inner", 0.6, FOLD1)}
+    results[0]["calibration"], results[1]["calibration"] = calibrated(0.02), calibrated(0.06)
+    summary = summarise(results, pool_out_of_fold(results))
+    assert summary["calibration"]["metrics"]["cv/US/ece_platt_mean"] == pytest.approx(0.04)
+    assert "| US | 0.100 → 0.100 | 0.100 → 0.100 | 0.500 → 0.500 | 1.000 ± 0.000 | 0.040 / 0.040 |" in cv_markdown("x", [0, 1], [], summary)
+    results[1]["calibration"] = calibrated(None)  # an older fold file: no Platt mean over one fold
+    summary = summarise(results, pool_out_of_fold(results))
+    assert "cv/US/ece_platt_mean" not in summary["calibration"]["metrics"]
+    assert "| 1.000 ± 0.000 | — / — |" in cv_markdown("x", [0, 1], [], summary)

@@ -9,7 +9,11 @@ weighted by the bin's share of the memes (Guo et al. 2017, eq. 3, on these bins)
 scikit-learn's `brier_score_loss` and `log_loss`.
 
 Temperature scaling divides a head's logit by one scalar T > 0 fitted by minimising the log-loss (scipy's bounded
-`minimize_scalar`): it moves no ranking, so AUROC is unchanged. The memes it is fitted on must be the selection split,
+`minimize_scalar`): it moves no ranking, so AUROC is unchanged. Beside it, two
+alternatives are fitted on the same memes and reported, never applied by predict: Platt scaling (a slope and an
+intercept on the logit, scikit-learn's `LogisticRegression` unpenalised (C = ∞); it moves no ranking either, unless the slope
+is negative) and isotonic regression (scikit-learn's `IsotonicRegression`, clipped outside the fitted range; a
+monotone step map that can tie memes, so AUROC may move). The memes they are fitted on must be the selection split,
 never the memes a reported score is computed on; that rule belongs to the caller, which names it in its report.
 """
 
@@ -108,6 +112,34 @@ def fit_temperature(labels: Sequence[float], probabilities: Sequence[float], bou
     return float(minimize_scalar(loss, bounds=bounds, method="bounded", options={"xatol": 1e-6}).x)
 
 
+def fit_platt(labels: Sequence[float], probabilities: Sequence[float]) -> tuple[float, float]:
+    """(slope, intercept) of σ(slope · logit(p) + intercept) that minimise these (selection-split) memes' log-loss."""
+    from sklearn.linear_model import LogisticRegression
+
+    y, p = _arrays(labels, probabilities)
+    model = LogisticRegression(C=np.inf, tol=1e-10, max_iter=1000).fit(logits(p)[:, None], y.astype(int))
+    return float(model.coef_[0, 0]), float(model.intercept_[0])
+
+
+def with_platt(probabilities: Sequence[float], slope: float, intercept: float) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-(slope * logits(probabilities) + intercept)))
+
+
+def fit_isotonic(labels: Sequence[float], probabilities: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The isotonic map fitted on these (selection-split) memes as its knots (probability in, probability out)."""
+    from sklearn.isotonic import IsotonicRegression
+
+    y, p = _arrays(labels, probabilities)
+    model = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(p, y)
+    return [float(x) for x in model.X_thresholds_], [float(v) for v in model.y_thresholds_]
+
+
+def with_isotonic(probabilities: Sequence[float], knots_in: Sequence[float], knots_out: Sequence[float]) -> np.ndarray:
+    """The isotonic map at these probabilities: linear between its knots, clipped outside them (scikit-learn's
+    `IsotonicRegression.predict` with out_of_bounds="clip")."""
+    return np.interp(np.asarray(probabilities, dtype=float), knots_in, knots_out)
+
+
 def calibration_scores(labels: Sequence[float], probabilities: Sequence[float], n_bins: int = 10, strategy: str = "uniform") -> dict[str, float | str]:
     """One head's row for a report: ECE with its binning rule, Brier score, log-loss and the number of memes."""
     bins = reliability_bins(labels, probabilities, n_bins, strategy)
@@ -124,7 +156,8 @@ def temperature_on_selection(
     selection: dict[str, tuple[np.ndarray, np.ndarray]], held_out: dict[str, tuple[np.ndarray, np.ndarray]], n_bins: int = 10
 ) -> dict[str, dict[str, object]]:
     """Per binary head with labels on both splits: the temperature fitted on the selection split's (labels,
-    probabilities), and the held-out memes' calibration scores before and after it. A head whose selection labels hold
+    probabilities), and the held-out memes' calibration scores before and after it; beside it, Platt scaling's and
+    isotonic regression's, fitted on the same memes. A head whose selection labels hold
     one class is left out: a temperature fitted there would only push every probability towards that class."""
     heads: dict[str, dict[str, object]] = {}
     for head, (y_val, p_val) in selection.items():
@@ -132,10 +165,14 @@ def temperature_on_selection(
             continue
         y_test, p_test = held_out[head]
         temperature = fit_temperature(y_val, p_val)
+        slope, intercept = fit_platt(y_val, p_val)
+        knots = fit_isotonic(y_val, p_val)
         heads[head] = {
             "temperature": temperature,
             "selection_memes": int(len(y_val)),
             "before": calibration_scores(y_test, p_test, n_bins),
             "after": calibration_scores(y_test, with_temperature(p_test, temperature), n_bins),
+            "platt": {"slope": slope, "intercept": intercept, "after": calibration_scores(y_test, with_platt(p_test, slope, intercept), n_bins)},
+            "isotonic": {"knots": len(knots[0]), "after": calibration_scores(y_test, with_isotonic(p_test, *knots), n_bins)},
         }
     return heads

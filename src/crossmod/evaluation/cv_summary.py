@@ -161,6 +161,7 @@ def _calibration_scores(result: FoldResult) -> dict[str, dict[str, float]]:
         head: {
             **{f"{name}_{when}": row[when][name] for when in ("before", "after") for name in ("ece", "brier", "log_loss")},
             **({"temperature": row["temperature"]} if "temperature" in row else {}),
+            **{f"{name}_{method}": row[method]["after"][name] for method in ("platt", "isotonic") if method in row for name in ("ece", "brier", "log_loss")},
         }
         for head, row in rows.items()
     }
@@ -173,7 +174,9 @@ def summarise_calibration(results: Mapping[int, FoldResult]) -> dict[str, Any] |
     if not per_fold or not all(per_fold):
         return None
     first = next(iter(results.values()))["calibration"]
-    return {"rule": first["rule"], "bins": first["bins"], "metrics": prefixed_mean_std(_per_head_metric(per_fold), "cv")}
+    # a score some folds lack (Platt and isotonic in older fold files) is left out, never averaged over fewer folds
+    per_metric = {key: values for key, values in _per_head_metric(per_fold).items() if len(values) == len(per_fold)}
+    return {"rule": first["rule"], "bins": first["bins"], "metrics": prefixed_mean_std(per_metric, "cv")}
 
 
 def calibration_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
@@ -188,11 +191,12 @@ def calibration_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
         return "—" if before is None or after is None else f"{before:.3f} → {after:.3f}"
 
     lines = ["", "Calibration of the held-out folds, before → after each fold's temperature (means over folds):", ""]
-    lines += ["| head | ECE | Brier | log-loss | temperature |", "|---|---|---|---|---|"]
+    lines += ["| head | ECE | Brier | log-loss | temperature | ECE after Platt / isotonic (reported, not applied) |", "|---|---|---|---|---|---|"]
     for head in heads:
         mean, std = metrics.get(f"cv/{head}/temperature_mean"), metrics.get(f"cv/{head}/temperature_std")
         temperature = "—" if mean is None else f"{mean:.3f} ± {std:.3f}"
-        lines.append(f"| {head} | {cell(head, 'ece')} | {cell(head, 'brier')} | {cell(head, 'log_loss')} | {temperature} |")
+        others = " / ".join("—" if (v := metrics.get(f"cv/{head}/ece_{m}_mean")) is None else f"{v:.3f}" for m in ("platt", "isotonic"))
+        lines.append(f"| {head} | {cell(head, 'ece')} | {cell(head, 'brier')} | {cell(head, 'log_loss')} | {temperature} | {others} |")
     lines += ["", f"Rule: {shown(calibration['rule'])}, each fold's own; ECE over {shown(calibration['bins'])}."]  # a shared file's words
     return lines
 

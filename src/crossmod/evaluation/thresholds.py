@@ -111,8 +111,11 @@ def calibration_on_selection(predictions: Path) -> dict[str, Any] | None:
         when: {name: float(np.mean([h[when][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}
         for when in ("before", "after")
     }
+    for method in ("platt", "isotonic"):  # the alternatives, fitted on the same memes, reported beside the temperature
+        mean[method] = {"after": {name: float(np.mean([h[method]["after"][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}}
     return {
-        "rule": "temperature fitted per head on the validation (selection) split by log-loss, applied once to the test stage",
+        "rule": "temperature fitted per head on the validation (selection) split by log-loss, applied once to the test stage "
+        "(Platt scaling and isotonic regression, fitted on the same memes, reported beside it and not applied)",
         "bins": next(iter(per_head.values()))["before"]["bins"],
         "heads": per_head,
         "mean": mean,

@@ -110,17 +110,20 @@ def print_baselines(metrics: dict[str, Any]) -> None:
 
 def calibration_table(calibration: dict[str, Any], title: str) -> Table:
     """Per binary head and their mean: the test memes' ECE, Brier score and log-loss before → after the temperature
-    fitted on val (the selection split), and that temperature."""
+    fitted on val (the selection split), that temperature, and the ECE after Platt scaling and isotonic regression
+    fitted on the same memes (reported, not applied)."""
     table = Table(title=title)
     table.add_column("head", justify="left")
     for column in ("ECE", "Brier", "log-loss"):
         table.add_column(f"{column}\ntest\nbefore → after", justify="right", no_wrap=True)
     table.add_column("temperature\n(fitted on val)", justify="right")
+    table.add_column("ECE test\nPlatt / isotonic\n(fitted on val)", justify="right", no_wrap=True)
     rows = {**calibration["heads"], "mean": calibration["mean"]}
     for head, row in rows.items():
         cells = [f"{_fmt(row['before'][name])} → {_fmt(row['after'][name])}" for name in ("ece", "brier", "log_loss")]
         temperature = f"{row['temperature']:.3f}" if "temperature" in row else "—"
-        table.add_row(head, *cells, temperature, style="bold" if head == "mean" else None)
+        others = " / ".join(_fmt(row[m]["after"]["ece"]) if m in row else "—" for m in ("platt", "isotonic"))
+        table.add_row(head, *cells, temperature, others, style="bold" if head == "mean" else None)
     return table
 
 
