@@ -334,3 +334,15 @@ def test_a_build_refusal_names_the_key_whose_target_failed():
 )
 def test_a_policy_that_cannot_be_applied_is_named_before_training(tmp_path, override, said):
     _refused(_run(tmp_path, "train.py", "policy=cautious", override), tmp_path, said, "policy=cautious")
+
+
+def test_an_unknown_calibration_map_is_refused_by_key_before_anything_is_built():
+    from omegaconf import OmegaConf
+
+    from crossmod.launch import preflight
+    from crossmod.runtime.user_errors import UserError
+
+    with pytest.raises(UserError, match=r"calibration=beta is not a calibration map crossmod fits.*calibration=temperature \| platt \| isotonic") as refused:
+        preflight.calibration_method(OmegaConf.create({"calibration": "beta"}))
+    assert refused.value.key == "calibration"
+    preflight.calibration_method(OmegaConf.create({"calibration": "platt"}))

@@ -181,3 +181,23 @@ def test_predict_reads_a_jsonl_of_memes_and_names_bad_lines(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"id": 1}\n{"text": "no id"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2: cannot read this meme"):
         read_inputs(tmp_path / "bad.jsonl")
+
+
+def test_the_calibration_map_a_run_chose_is_the_one_predict_applies(train_run, tmp_path):
+    """calibration=isotonic: the map fitted on val is recorded in metrics.json, carried by the card, and applied by
+    predict to every meme (the other maps are reported beside it, never applied)."""
+    import numpy as np
+
+    train_run(*SMALL_DATA, "debug=limit", "calibration=isotonic", env={"CROSSMOD_RUN_ID": "isotonic"})
+    run = train_run.log_dir / "synthetic_concat" / "runs" / "isotonic"
+    recorded = json.loads((run / "metrics.json").read_text())["calibration"]
+    assert recorded["method"] == "isotonic" and recorded["rule"].startswith("isotonic regression fitted per head on the validation")
+    mx = recorded["heads"]["MX"]
+    assert mx["calibrator"]["method"] == "isotonic" and "platt" in mx and "temperature" in mx
+    _cli("export.py", f"run={run}", "culture=MX", f"out={tmp_path / 'export'}")
+    card = json.loads((tmp_path / "export" / "MX" / "culture_card.json").read_text())
+    assert card["calibration"]["calibrator"] == mx["calibrator"] and card["calibration"]["method"] == "isotonic"
+    _cli("predict.py", f"adapters={tmp_path / 'export' / 'MX'}", f"inputs={_shard_dir(run)}", f"out={tmp_path / 'mx.jsonl'}")
+    rows = [json.loads(line) for line in open(tmp_path / "mx.jsonl")]
+    expected = np.interp([r["MX_probability"] for r in rows], mx["calibrator"]["knots_in"], mx["calibrator"]["knots_out"])
+    assert [r["MX_probability_calibrated"] for r in rows] == pytest.approx(expected.tolist(), abs=1e-12)

@@ -103,6 +103,27 @@ def test_a_card_temperature_that_cannot_be_one_is_refused(culture_copy, temperat
         load(culture_copy)
 
 
+@pytest.mark.parametrize(
+    ("calibrator", "said"),
+    [
+        ({"method": "sigmoid"}, r"method is .sigmoid., not one of"),
+        ({"method": "platt", "slope": "1", "intercept": 0.0}, r"slope is .1., not a finite number"),
+        ({"method": "platt", "slope": float("inf"), "intercept": 0.0}, r"slope is inf"),
+        ({"method": "isotonic", "knots_in": [0.2, 0.1], "knots_out": [0.0, 1.0]}, r"each non-decreasing"),
+        ({"method": "isotonic", "knots_in": [0.1], "knots_out": [2.0]}, r"numbers in \[0, 1\]"),
+        ({"method": "isotonic", "knots_in": [0.1, 0.2], "knots_out": [0.5]}, r"two lists of one length"),
+        ("temperature", r"method is .temperature."),
+    ],
+)
+def test_a_card_calibration_map_that_cannot_map_is_refused(culture_copy, calibrator, said):
+    """predict maps every probability through the card's calibrator: one it cannot apply as written is named, not used."""
+    card = _card(culture_copy)
+    calibration = {"temperature": 1.0, "calibrator": calibrator}
+    (culture_copy / "culture_card.json").write_text(json.dumps({**card, "calibration": calibration}))
+    with pytest.raises(ValueError, match=rf"culture_card.json: calibration.calibrator.*{said}"):
+        load(culture_copy)
+
+
 @pytest.mark.parametrize("actions", [{"act": {"threshold": 2.0}}, {"remove": {"threshold": 0.5}}, {"act": {}}, "act"])
 def test_a_card_policy_that_cannot_decide_is_refused(culture_copy, actions):
     """predict acts on a card's policy thresholds: one outside [0, 1], an unknown action or none at all is named."""

@@ -151,3 +151,37 @@ def test_the_alternatives_are_fitted_on_the_selection_split_only():
     assert (first["platt"]["slope"], first["platt"]["intercept"]) == (flipped["platt"]["slope"], flipped["platt"]["intercept"]) == fit_platt(y_val, p_val)
     assert first["isotonic"]["knots"] == len(fit_isotonic(y_val, p_val)[0])
     assert first["platt"]["after"] != flipped["platt"]["after"] and first["isotonic"]["after"] != flipped["isotonic"]["after"]
+
+
+@pytest.mark.parametrize("method", ["temperature", "platt", "isotonic"])
+def test_each_calibration_map_applies_as_it_was_fitted_and_checks_as_data(method):
+    import json
+
+    from crossmod.evaluation.calibration import apply_calibrator, check_calibrator, fit_calibrator, fit_platt, fit_isotonic, with_isotonic, with_platt
+
+    rng = np.random.default_rng(6)
+    p = rng.random(400)
+    y = (rng.random(400) < p**2).astype(int)
+    calibrator = json.loads(json.dumps(fit_calibrator(method, y, p)))  # as a card carries it
+    check_calibrator(calibrator)
+    expected = {
+        "temperature": lambda: with_temperature(p, fit_temperature(y, p)),
+        "platt": lambda: with_platt(p, *fit_platt(y, p)),
+        "isotonic": lambda: with_isotonic(p, *fit_isotonic(y, p)),
+    }[method]()
+    np.testing.assert_allclose(apply_calibrator(p, calibrator), expected, atol=1e-12)
+    with pytest.raises(ValueError, match="calibration must be one of"):
+        fit_calibrator("beta", y, p)
+
+
+def test_the_chosen_map_is_the_one_scored_after():
+    from crossmod.evaluation.calibration import apply_calibrator, temperature_on_selection
+
+    rng = np.random.default_rng(7)
+    p_val, p_test = rng.random(300), rng.random(300)
+    y_val, y_test = (rng.random(300) < p_val**2).astype(int), (rng.random(300) < p_test**2).astype(int)
+    row = temperature_on_selection({"US": (y_val, p_val)}, {"US": (y_test, p_test)}, method="isotonic")["US"]
+    assert row["calibrator"]["method"] == "isotonic"
+    assert row["after"] == row["isotonic"]["after"] == calibration_scores(y_test, apply_calibrator(p_test, row["calibrator"]))
+    default = temperature_on_selection({"US": (y_val, p_val)}, {"US": (y_test, p_test)})["US"]
+    assert default["calibrator"] == {"method": "temperature", "temperature": default["temperature"]}

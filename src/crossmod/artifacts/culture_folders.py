@@ -101,6 +101,13 @@ def read_card(path: Path) -> dict[str, Any]:
     usable = isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and 0 < temperature < float("inf")
     if calibration is not None and not usable:
         raise ExportError(f"{path}: calibration.temperature is {temperature!r}"[:200] + ", not a number above 0", REEXPORT)
+    if isinstance(calibration, dict) and "calibrator" in calibration:  # older cards carry the temperature only
+        from crossmod.evaluation.calibration import check_calibrator
+
+        try:
+            check_calibrator(calibration["calibrator"])
+        except ValueError as error:
+            raise ExportError(f"{path}: calibration.{error}", REEXPORT) from None
     _check_policy(card.get("policy"), path)
     return card
 
@@ -392,11 +399,20 @@ def _export_database(
 
 
 def _culture_calibration(calibration: dict[str, Any] | None, culture: str) -> dict[str, Any] | None:
-    """The culture's temperature, its rule and the run's held-out scores before and after it; None without one."""
+    """The culture's calibration map (the run's `calibration=`; its temperature too), its rule and the run's held-out
+    scores before and after it; None without one."""
     row = ((calibration or {}).get("heads") or {}).get(culture)
     if not row:
         return None
-    return {"temperature": row["temperature"], "rule": calibration["rule"], "bins": calibration["bins"], "test": {"before": row["before"], "after": row["after"]}}
+    calibrator = row.get("calibrator") or {"method": "temperature", "temperature": row["temperature"]}  # older runs: temperature
+    return {
+        "method": calibrator["method"],
+        "calibrator": calibrator,
+        "temperature": row["temperature"],
+        "rule": calibration["rule"],
+        "bins": calibration["bins"],
+        "test": {"before": row["before"], "after": row["after"]},
+    }
 
 
 def _culture_policy(policy: dict[str, Any] | None, culture: str) -> dict[str, Any] | None:

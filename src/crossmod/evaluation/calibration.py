@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 STRATEGIES = ("uniform", "quantile")
+METHODS = ("temperature", "platt", "isotonic")  # `calibration=`: what a run fits on val, an export carries, predict applies
 EPSILON = 1e-12  # probabilities are clipped to [ε, 1 − ε] before their logit is taken (a 0 or 1 has none)
 
 
@@ -140,6 +141,63 @@ def with_isotonic(probabilities: Sequence[float], knots_in: Sequence[float], kno
     return np.interp(np.asarray(probabilities, dtype=float), knots_in, knots_out)
 
 
+def fit_calibrator(method: str, labels: Sequence[float], probabilities: Sequence[float]) -> dict[str, object]:
+    """The calibration map `method` fits on these (selection-split) memes, as plain data a card can carry."""
+    if method == "temperature":
+        return {"method": method, "temperature": fit_temperature(labels, probabilities)}
+    if method == "platt":
+        slope, intercept = fit_platt(labels, probabilities)
+        return {"method": method, "slope": slope, "intercept": intercept}
+    if method == "isotonic":
+        knots_in, knots_out = fit_isotonic(labels, probabilities)
+        return {"method": method, "knots_in": knots_in, "knots_out": knots_out}
+    raise ValueError(f"calibration must be one of {list(METHODS)}, not {method!r}")
+
+
+MAX_KNOTS = 100_000  # an isotonic map has at most one knot per distinct selection-split probability
+
+
+def check_calibrator(calibrator: object) -> None:
+    """A calibration map read from a file (an export's card): its method known and its numbers usable, or a
+    ValueError naming the field."""
+    if not isinstance(calibrator, dict) or calibrator.get("method") not in METHODS:
+        found = calibrator.get("method") if isinstance(calibrator, dict) else calibrator
+        raise ValueError(f"calibrator.method is {found!r}"[:200] + f", not one of {list(METHODS)}")
+
+    def number(name: str, low: float = -np.inf, high: float = np.inf) -> None:
+        value = calibrator.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value < high) or not np.isfinite(value):
+            raise ValueError(f"calibrator.{name} is {value!r}"[:200] + f", not a finite number in ({low}, {high})")
+
+    method = calibrator["method"]
+    if method == "temperature":
+        number("temperature", 0.0)
+    elif method == "platt":
+        number("slope")
+        number("intercept")
+    else:
+        knots_in, knots_out = calibrator.get("knots_in"), calibrator.get("knots_out")
+        lists = isinstance(knots_in, list) and isinstance(knots_out, list) and 0 < len(knots_in) == len(knots_out) <= MAX_KNOTS
+        numbers = lists and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in [*knots_in, *knots_out])
+        if not numbers or (np.diff(knots_in) < 0).any() or (np.diff(knots_out) < 0).any():
+            raise ValueError(
+                "calibrator.knots_in and knots_out must be two lists of one length (1 to 100000) of numbers in [0, 1], "
+                "each non-decreasing"
+            )
+
+
+def apply_calibrator(probabilities: Sequence[float], calibrator: dict[str, object]) -> np.ndarray:
+    """The probabilities through a calibration map `fit_calibrator` made."""
+    method = calibrator["method"]
+    if method == "temperature":
+        return with_temperature(probabilities, float(calibrator["temperature"]))  # type: ignore[arg-type]
+    if method == "platt":
+        return with_platt(probabilities, float(calibrator["slope"]), float(calibrator["intercept"]))  # type: ignore[arg-type]
+    if method == "isotonic":
+        return with_isotonic(probabilities, calibrator["knots_in"], calibrator["knots_out"])  # type: ignore[arg-type]
+    raise ValueError(f"calibration must be one of {list(METHODS)}, not {method!r}")
+
+
 def calibration_scores(labels: Sequence[float], probabilities: Sequence[float], n_bins: int = 10, strategy: str = "uniform") -> dict[str, float | str]:
     """One head's row for a report: ECE with its binning rule, Brier score, log-loss and the number of memes."""
     bins = reliability_bins(labels, probabilities, n_bins, strategy)
@@ -153,11 +211,15 @@ def calibration_scores(labels: Sequence[float], probabilities: Sequence[float], 
 
 
 def temperature_on_selection(
-    selection: dict[str, tuple[np.ndarray, np.ndarray]], held_out: dict[str, tuple[np.ndarray, np.ndarray]], n_bins: int = 10
+    selection: dict[str, tuple[np.ndarray, np.ndarray]],
+    held_out: dict[str, tuple[np.ndarray, np.ndarray]],
+    n_bins: int = 10,
+    method: str = "temperature",
 ) -> dict[str, dict[str, object]]:
     """Per binary head with labels on both splits: the temperature fitted on the selection split's (labels,
-    probabilities), and the held-out memes' calibration scores before and after it; beside it, Platt scaling's and
-    isotonic regression's, fitted on the same memes. A head whose selection labels hold
+    probabilities) and the `method`'s map (`calibrator`: the temperature's by default), the held-out memes'
+    calibration scores before and after that map; beside it, Platt scaling's and isotonic regression's, fitted on the
+    same memes. A head whose selection labels hold
     one class is left out: a temperature fitted there would only push every probability towards that class."""
     heads: dict[str, dict[str, object]] = {}
     for head, (y_val, p_val) in selection.items():
@@ -167,11 +229,13 @@ def temperature_on_selection(
         temperature = fit_temperature(y_val, p_val)
         slope, intercept = fit_platt(y_val, p_val)
         knots = fit_isotonic(y_val, p_val)
+        chosen = fit_calibrator(method, y_val, p_val) if method != "temperature" else {"method": method, "temperature": temperature}
         heads[head] = {
             "temperature": temperature,
+            "calibrator": chosen,
             "selection_memes": int(len(y_val)),
             "before": calibration_scores(y_test, p_test, n_bins),
-            "after": calibration_scores(y_test, with_temperature(p_test, temperature), n_bins),
+            "after": calibration_scores(y_test, apply_calibrator(p_test, chosen), n_bins),
             "platt": {"slope": slope, "intercept": intercept, "after": calibration_scores(y_test, with_platt(p_test, slope, intercept), n_bins)},
             "isotonic": {"knots": len(knots[0]), "after": calibration_scores(y_test, with_isotonic(p_test, *knots), n_bins)},
         }

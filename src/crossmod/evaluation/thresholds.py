@@ -94,9 +94,10 @@ def threshold_on_selection(predictions: Path) -> dict[str, Any] | None:
     }
 
 
-def calibration_on_selection(predictions: Path) -> dict[str, Any] | None:
-    """Per binary head (and their mean), the held-out memes' ECE, Brier score and log-loss before and after a
-    temperature fitted on the validation (selection) stage: `predictions/val.csv` and `test.csv`, as for the threshold
+def calibration_on_selection(predictions: Path, method: str = "temperature") -> dict[str, Any] | None:
+    """Per binary head (and their mean), the held-out memes' ECE, Brier score and log-loss before and after the
+    `method`'s map (calibration=temperature | platt | isotonic) fitted on the validation (selection) stage:
+    `predictions/val.csv` and `test.csv`, as for the threshold
     above; None without both files or without a head with two classes on val."""
     from crossmod.evaluation.calibration import temperature_on_selection
     from crossmod.evaluation.predictions import labelled_pairs
@@ -104,18 +105,24 @@ def calibration_on_selection(predictions: Path) -> dict[str, Any] | None:
     val, test = predictions / "val.csv", predictions / "test.csv"
     if not (val.is_file() and test.is_file()):
         return None
-    per_head = temperature_on_selection(labelled_pairs(*read_predictions(val)), labelled_pairs(*read_predictions(test)))
+    per_head = temperature_on_selection(labelled_pairs(*read_predictions(val)), labelled_pairs(*read_predictions(test)), method=method)
     if not per_head:
         return None
     mean = {
         when: {name: float(np.mean([h[when][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}
         for when in ("before", "after")
     }
-    for method in ("platt", "isotonic"):  # the alternatives, fitted on the same memes, reported beside the temperature
-        mean[method] = {"after": {name: float(np.mean([h[method]["after"][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}}
+    for other in ("platt", "isotonic"):  # the alternatives, fitted on the same memes, reported beside the chosen map
+        mean[other] = {"after": {name: float(np.mean([h[other]["after"][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}}
+    fitted = {
+        "temperature": "temperature fitted per head on the validation (selection) split by log-loss",
+        "platt": "Platt scaling (slope and intercept on the logit) fitted per head on the validation (selection) split by log-loss",
+        "isotonic": "isotonic regression fitted per head on the validation (selection) split",
+    }[method]
+    others = [m for m in ("temperature", "platt", "isotonic") if m != method]
     return {
-        "rule": "temperature fitted per head on the validation (selection) split by log-loss, applied once to the test stage "
-        "(Platt scaling and isotonic regression, fitted on the same memes, reported beside it and not applied)",
+        "method": method,
+        "rule": f"{fitted}, applied once to the test stage ({' and '.join(others)}, fitted on the same memes, reported beside it)",
         "bins": next(iter(per_head.values()))["before"]["bins"],
         "heads": per_head,
         "mean": mean,

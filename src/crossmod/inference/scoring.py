@@ -141,19 +141,19 @@ def prediction_rows(
     heads: dict[str, Any],
     threshold: float,
     neighbours: list[dict[str, list[dict[str, Any]]] | None] | None = None,
-    temperatures: dict[str, float] | None = None,
+    calibrators: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per meme: each binary head's probability and decision (probability ≥ threshold), and with a
-    temperature (the export's, fitted on its run's selection split) the calibrated probability beside it; other heads'
+    calibration map (the export's, fitted on its run's selection split) the calibrated probability beside it; other heads'
     class probabilities, the OCR caption when one was read, and (a retrieval classifier) the neighbours that voted:
     their ids, labels and similarities, nearest first."""
-    from crossmod.evaluation.calibration import with_temperature
+    from crossmod.evaluation.calibration import apply_calibrator
 
-    temperatures = temperatures or {}
+    calibrators = calibrators or {}
     calibrated = {
-        name: with_temperature([score[name][0] for score in scores], temperatures[name]).tolist()
+        name: apply_calibrator([score[name][0] for score in scores], calibrators[name]).tolist()
         for name, head in heads.items()
-        if head.is_binary and name in temperatures and scores
+        if head.is_binary and name in calibrators and scores
     }
     rows = []
     for position, (record, score) in enumerate(zip(records, scores)):
@@ -184,12 +184,12 @@ def score(
     batch_size: int,
     threshold: float,
     num_workers: int = 0,
-    temperatures: dict[str, float] | None = None,
+    calibrators: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Prediction rows for `records` (see `prediction_rows`), the same on every rank."""
     rows = predict_in_order(trainer, model, records, batch_size, model.preprocessor, num_workers)
     scores = [row["probabilities"] for row in rows]
-    return prediction_rows(records, scores, model.heads, threshold, [row.get("neighbours") for row in rows], temperatures)
+    return prediction_rows(records, scores, model.heads, threshold, [row.get("neighbours") for row in rows], calibrators)
 
 
 def with_actions(rows: list[dict[str, Any]], culture: str, policy: dict[str, Any]) -> None:

@@ -310,6 +310,15 @@ def resume_checkpoint(cfg: DictConfig) -> None:
             raise UserError(str(error), "resume only from checkpoints your own runs wrote", "ckpt_path") from None
 
 
+def calibration_method(cfg: DictConfig) -> None:
+    """calibration=… names a map crossmod fits (evaluation/calibration.py METHODS)."""
+    from crossmod.evaluation.calibration import METHODS
+
+    method = cfg.get("calibration", "temperature")
+    if method not in METHODS:
+        raise UserError(f"calibration={method} is not a calibration map crossmod fits", f"use calibration={' | '.join(METHODS)}", "calibration")
+
+
 def moderation_policy(cfg: DictConfig) -> None:
     """policy=… names actions (act, review) with one target each (precision or recall) in (0, 1]."""
     policy = cfg.get("policy")
@@ -330,6 +339,7 @@ def train(cfg: DictConfig) -> None:
     recipe(cfg, TRAIN)
     require(cfg)
     check_ranges(cfg)
+    calibration_method(cfg)
     moderation_policy(cfg)
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
@@ -346,6 +356,7 @@ def cross_validate(cfg: DictConfig) -> None:
     recipe(cfg, TRAIN)
     require(cfg)
     check_ranges(cfg)
+    calibration_method(cfg)
     moderation_policy(cfg)
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")

@@ -67,9 +67,10 @@ def main(cfg: DictConfig) -> None:
     for name, ids in allowed.items():
         print(f"[predict] warning: {len(ids)} memes scored without {name} (allow_missing)")
     trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
-    temperature = (card.get("calibration") or {}).get("temperature")  # fitted on the run's selection split (export)
-    temperatures = {card["culture"]: temperature} if temperature else None
-    rows = score(trainer, model, inputs, cfg.batch_size, cfg.threshold, cfg.num_workers, temperatures)
+    calibration = card.get("calibration") or {}  # fitted on the run's selection split, carried by the export
+    calibrator = calibration.get("calibrator") or ({"method": "temperature", "temperature": calibration["temperature"]} if calibration else None)
+    calibrators = {card["culture"]: calibrator} if calibrator else None
+    rows = score(trainer, model, inputs, cfg.batch_size, cfg.threshold, cfg.num_workers, calibrators)
     if card.get("policy"):  # act / review / allow by the thresholds the run's selection split chose for this culture
         from crossmod.inference.scoring import with_actions
 

@@ -43,11 +43,11 @@ def write_run_figures(run_dir: Path, label: str) -> list[Path]:
 
 
 def _reliability_curves(run_dir: Path) -> dict[str, dict[str, tuple[object, object]]]:
-    """Per head with a temperature in metrics.json's `calibration`: the test memes' reliability bins before and after it."""
+    """Per head with a calibration map in metrics.json's `calibration`: the test memes' reliability bins before and after it."""
     import json
 
     from crossmod.evaluation.alignment import read_predictions
-    from crossmod.evaluation.calibration import reliability_bins, with_temperature
+    from crossmod.evaluation.calibration import apply_calibrator, reliability_bins
     from crossmod.evaluation.predictions import labelled_pairs
 
     metrics = run_dir / "metrics.json"
@@ -58,8 +58,10 @@ def _reliability_curves(run_dir: Path) -> dict[str, dict[str, tuple[object, obje
     curves = {}
     for head, row in calibration["heads"].items():
         y, p = pairs[head]
-        before, after = reliability_bins(y, p), reliability_bins(y, with_temperature(p, row["temperature"]))
-        curves[head] = {"as scored": (before.predicted, before.observed), f"T = {row['temperature']:.2f}": (after.predicted, after.observed)}
+        calibrator = row.get("calibrator") or {"method": "temperature", "temperature": row["temperature"]}  # older runs
+        before, after = reliability_bins(y, p), reliability_bins(y, apply_calibrator(p, calibrator))
+        name = f"T = {row['temperature']:.2f}" if calibrator["method"] == "temperature" else calibrator["method"]
+        curves[head] = {"as scored": (before.predicted, before.observed), name: (after.predicted, after.observed)}
     return curves
 
 

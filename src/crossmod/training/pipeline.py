@@ -249,7 +249,7 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
     trainer, transfer = parts.trainer, parts.transfer
     copy_manifest(parts.datamodule.dataset_dir, run_dir)
     metrics["selection_threshold"] = threshold_on_selection(run_dir / "predictions")
-    metrics["calibration"] = calibration_on_selection(run_dir / "predictions")
+    metrics["calibration"] = calibration_on_selection(run_dir / "predictions", cfg.get("calibration") or "temperature")
     if cfg.get("policy"):  # the moderation policy's thresholds, chosen on val per culture (configs/policy/)
         metrics["policy"] = policy_on_selection(run_dir / "predictions", OmegaConf.to_container(cfg.policy, resolve=True))
     write_metrics(run_dir, metrics)

@@ -57,10 +57,12 @@ class FoldResultWriter(L.Callback):
         monitor: str = "val/mean/auroc",
         mode: str = "max",
         predictions: str = "predictions/test.csv",
+        calibration: str = "temperature",
     ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"FoldResultWriter: mode must be 'max' or 'min', got {mode!r}")
         self.dirpath, self.experiment = Path(dirpath), experiment
+        self.calibration = calibration
         self.fold, self.num_folds, self.monitor, self.mode = fold, num_folds, monitor, mode
         self.predictions = self.dirpath / predictions
         self.history: list[dict[str, Any]] = []
@@ -116,7 +118,7 @@ class FoldResultWriter(L.Callback):
             # macro-F1 at the threshold the selection split chose (never the held-out fold), beside accuracy at 0.5
             "selection_threshold": threshold_on_selection(self.predictions.parent),
             # a temperature per head fitted on the selection split, and the held-out fold's ECE, Brier, log-loss before/after
-            "calibration": calibration_on_selection(self.predictions.parent),
+            "calibration": calibration_on_selection(self.predictions.parent, self.calibration),
             # the baselines on the same memes (majority, TF-IDF, probe), measured before fit (src/crossmod/results/baselines.py)
             "baselines": baseline_scores(self.dirpath),
         }
