@@ -157,7 +157,15 @@ def test_the_alternatives_are_fitted_on_the_selection_split_only():
 def test_each_calibration_map_applies_as_it_was_fitted_and_checks_as_data(method):
     import json
 
-    from crossmod.evaluation.calibration import apply_calibrator, check_calibrator, fit_calibrator, fit_platt, fit_isotonic, with_isotonic, with_platt
+    from crossmod.evaluation.calibration import (
+        apply_calibrator,
+        check_calibrator,
+        fit_calibrator,
+        fit_isotonic,
+        fit_platt,
+        with_isotonic,
+        with_platt,
+    )
 
     rng = np.random.default_rng(6)
     p = rng.random(400)
