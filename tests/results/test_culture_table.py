@@ -57,3 +57,25 @@ def test_the_policy_table_shows_each_threshold_with_its_interval_or_why_there_is
     printed = out.getvalue()
     assert "0.8123" in printed and "0.920 [0.810, 0.970] (46/50)" in printed and "0.880 / 0.400" in printed
     assert "unreachable: the selection split has no hateful meme" in printed and "recall ≥ 0.95" in printed
+
+
+def test_the_calibration_maps_are_compared_with_the_runs_own_marked(tmp_path):
+    """Every map fitted on val shows its test ECE; the run's (calibration=) is starred; older runs show no such table."""
+    import numpy as np
+    from rich.console import Console
+
+    from crossmod.evaluation.calibration import temperature_on_selection
+    from crossmod.results.culture_table import calibration_maps_table
+
+    rng = np.random.default_rng(0)
+    p = rng.random(200)
+    y = (rng.random(200) < p**2).astype(int)
+    heads = temperature_on_selection({"US": (y, p)}, {"US": (y[::-1], p[::-1])}, method="isotonic")
+    row = heads["US"]
+    calibration = {"method": "isotonic", "heads": heads, "mean": {"compared": row["compared"]}}
+    console = Console(record=True, width=100)
+    console.print(calibration_maps_table(calibration, "maps"))
+    text = console.export_text()
+    assert "isotonic *" in text and "platt *" not in text
+    assert f"{row['compared']['platt']['ece']:.3f}" in text and f"{row['after']['ece']:.3f}" in text
+    assert calibration_maps_table({"heads": {"US": {"after": {}}}, "mean": {}}, "old") is None

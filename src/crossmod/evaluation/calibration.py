@@ -230,13 +230,20 @@ def temperature_on_selection(
         slope, intercept = fit_platt(y_val, p_val)
         knots = fit_isotonic(y_val, p_val)
         chosen = fit_calibrator(method, y_val, p_val) if method != "temperature" else {"method": method, "temperature": temperature}
+        maps = {
+            "temperature": with_temperature(p_test, temperature),
+            "platt": with_platt(p_test, slope, intercept),
+            "isotonic": with_isotonic(p_test, *knots),
+        }
+        compared = {name: calibration_scores(y_test, mapped, n_bins) for name, mapped in maps.items()}
         heads[head] = {
             "temperature": temperature,
             "calibrator": chosen,
             "selection_memes": int(len(y_val)),
             "before": calibration_scores(y_test, p_test, n_bins),
             "after": calibration_scores(y_test, apply_calibrator(p_test, chosen), n_bins),
-            "platt": {"slope": slope, "intercept": intercept, "after": calibration_scores(y_test, with_platt(p_test, slope, intercept), n_bins)},
-            "isotonic": {"knots": len(knots[0]), "after": calibration_scores(y_test, with_isotonic(p_test, *knots), n_bins)},
+            "platt": {"slope": slope, "intercept": intercept, "after": compared["platt"]},
+            "isotonic": {"knots": len(knots[0]), "after": compared["isotonic"]},
+            "compared": compared,  # every map's held-out scores, the chosen one's equal to `after`
         }
     return heads

@@ -114,6 +114,10 @@ def calibration_on_selection(predictions: Path, method: str = "temperature") -> 
     }
     for other in ("platt", "isotonic"):  # the alternatives, fitted on the same memes, reported beside the chosen map
         mean[other] = {"after": {name: float(np.mean([h[other]["after"][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}}
+    mean["compared"] = {
+        m: {name: float(np.mean([h["compared"][m][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}
+        for m in ("temperature", "platt", "isotonic")
+    }
     fitted = {
         "temperature": "temperature fitted per head on the validation (selection) split by log-loss",
         "platt": "Platt scaling (slope and intercept on the logit) fitted per head on the validation (selection) split by log-loss",

@@ -317,6 +317,11 @@ def calibration_method(cfg: DictConfig) -> None:
     method = cfg.get("calibration", "temperature")
     if method not in METHODS:
         raise UserError(f"calibration={method} is not a calibration map crossmod fits", f"use calibration={' | '.join(METHODS)}", "calibration")
+    from crossmod.evaluation.abstention import SCORES
+
+    score = cfg.get("abstention", "spread")
+    if score not in SCORES:
+        raise UserError(f"abstention={score} is not a disagreement score crossmod computes", f"use abstention={' | '.join(SCORES)}", "abstention")
 
 
 def moderation_policy(cfg: DictConfig) -> None:

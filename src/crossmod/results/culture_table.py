@@ -110,20 +110,33 @@ def print_baselines(metrics: dict[str, Any]) -> None:
 
 def calibration_table(calibration: dict[str, Any], title: str) -> Table:
     """Per binary head and their mean: the test memes' ECE, Brier score and log-loss before → after the temperature
-    fitted on val (the selection split), that temperature, and the ECE after Platt scaling and isotonic regression
-    fitted on the same memes (reported, not applied)."""
+    fitted on val (the selection split), and that temperature."""
     table = Table(title=title)
     table.add_column("head", justify="left")
     for column in ("ECE", "Brier", "log-loss"):
         table.add_column(f"{column}\ntest\nbefore → after", justify="right", no_wrap=True)
     table.add_column("temperature\n(fitted on val)", justify="right")
-    table.add_column("ECE test\nPlatt / isotonic\n(fitted on val)", justify="right", no_wrap=True)
     rows = {**calibration["heads"], "mean": calibration["mean"]}
     for head, row in rows.items():
         cells = [f"{_fmt(row['before'][name])} → {_fmt(row['after'][name])}" for name in ("ece", "brier", "log_loss")]
         temperature = f"{row['temperature']:.3f}" if "temperature" in row else "—"
-        others = " / ".join(_fmt(row[m]["after"]["ece"]) if m in row else "—" for m in ("platt", "isotonic"))
-        table.add_row(head, *cells, temperature, others, style="bold" if head == "mean" else None)
+        table.add_row(head, *cells, temperature, style="bold" if head == "mean" else None)
+    return table
+
+
+def calibration_maps_table(calibration: dict[str, Any], title: str) -> Table | None:
+    """Per binary head and their mean: the test memes' ECE after each map fitted on val, the run's own marked (*)."""
+    chosen = calibration.get("method", "temperature")
+    rows = {**calibration["heads"], "mean": calibration["mean"]}
+    if not all("compared" in row for row in rows.values()):
+        return None  # a run from before the maps were compared
+    table = Table(title=title)
+    table.add_column("head", justify="left")
+    for method in ("temperature", "platt", "isotonic"):
+        table.add_column(f"ECE after\n{method}{' *' if method == chosen else ''}", justify="right")
+    for head, row in rows.items():
+        cells = [_fmt(row["compared"][method]["ece"]) for method in ("temperature", "platt", "isotonic")]
+        table.add_row(head, *cells, style="bold" if head == "mean" else None)
     return table
 
 
@@ -134,6 +147,9 @@ def print_calibration(metrics: dict[str, Any]) -> None:
         return
     console = Console(record=True)
     console.print(calibration_table(calibration, "Calibration on the test memes"))
+    maps = calibration_maps_table(calibration, "Test ECE after each map fitted on val (* the run's)")
+    if maps is not None:
+        console.print(maps)
     console.print(f"{calibration['rule']}; ECE over {calibration['bins']}.", soft_wrap=True, markup=False)
     to_log_files(console)
 
@@ -169,4 +185,29 @@ def print_policy(metrics: dict[str, Any]) -> None:
     console = Console(record=True)
     console.print(policy_table(policy, f"Policy {policy['name']}: thresholds per culture"), markup=False)
     console.print(f"{policy['rule']}.", soft_wrap=True, markup=False)
+    to_log_files(console)
+
+
+def abstention_table(abstention: dict[str, Any], title: str) -> Table:
+    """Per culture and their mean: the test memes' AURC in the disagreement order beside a random and the oracle order,
+    and the selective risk at full and at 80 % coverage."""
+    table = Table(title=title)
+    table.add_column("head", justify="left")
+    for column in ("AURC\ndisagreement\norder", "AURC\nrandom\norder", "AURC\noracle", "risk at\ncoverage 1", "risk at\ncoverage 0.8"):
+        table.add_column(column, justify="right")
+    rows = {**abstention["heads"], "mean": abstention["mean"]}
+    for head, row in rows.items():
+        cells = [_fmt(row[name]) for name in ("aurc", "aurc_random", "aurc_oracle", "risk_at_full_coverage", "risk_at_80_coverage")]
+        table.add_row(head, *cells, style="bold" if head == "mean" else None)
+    return table
+
+
+def print_abstention(metrics: dict[str, Any]) -> None:
+    """Which memes to send to review, when the run has two culture heads or more: the abstention table and its rule."""
+    abstention = metrics.get("abstention")
+    if not abstention:
+        return
+    console = Console(record=True)
+    console.print(abstention_table(abstention, "Abstention on the test memes (lower AURC: disputed memes are the wrong ones)"))
+    console.print(f"{abstention['rule']}.", soft_wrap=True, markup=False)
     to_log_files(console)

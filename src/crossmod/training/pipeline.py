@@ -24,12 +24,14 @@ from crossmod.artifacts.consolidate import restore_weights, zero_state_dict
 from crossmod.artifacts.finished_run import finished_run_checkpoints
 from crossmod.artifacts.runs import copy_manifest, nest, save_config, write_metrics
 from crossmod.data.selection_rules import RULES
+from crossmod.evaluation.abstention import abstention_on_test
+from crossmod.evaluation.alignment import read_predictions
 from crossmod.evaluation.thresholds import calibration_on_selection, policy_on_selection, threshold_on_selection
 from crossmod.models.backbone import Adapters
 from crossmod.models.sharding import is_zero3, parameter_counts
 from crossmod.results.baselines import prepare as measure_baselines
 from crossmod.results.baselines import read as read_baselines
-from crossmod.results.culture_table import print_baselines, print_calibration, print_policy, print_table
+from crossmod.results.culture_table import print_abstention, print_baselines, print_calibration, print_policy, print_table
 from crossmod.runtime.console import configure_console
 from crossmod.runtime.resolvers import run_variants, task_overrides
 from crossmod.runtime.run_environment import run_environment
@@ -250,6 +252,9 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
     copy_manifest(parts.datamodule.dataset_dir, run_dir)
     metrics["selection_threshold"] = threshold_on_selection(run_dir / "predictions")
     metrics["calibration"] = calibration_on_selection(run_dir / "predictions", cfg.get("calibration") or "temperature")
+    if (run_dir / "predictions" / "test.csv").is_file():  # which memes to send to review: the cultures' disagreement
+        test = read_predictions(run_dir / "predictions" / "test.csv")
+        metrics["abstention"] = abstention_on_test(metrics["selection_threshold"], test, cfg.get("abstention") or "spread")
     if cfg.get("policy"):  # the moderation policy's thresholds, chosen on val per culture (configs/policy/)
         metrics["policy"] = policy_on_selection(run_dir / "predictions", OmegaConf.to_container(cfg.policy, resolve=True))
     write_metrics(run_dir, metrics)
@@ -270,6 +275,7 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
         if metrics.get("baselines"):
             print_baselines(metrics)
         print_calibration(metrics)
+        print_abstention(metrics)
         print_policy(metrics)
         if transfer is not None:
             from crossmod.results.eval_data import print_transfer
