@@ -86,8 +86,14 @@ def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_
     tested = _scores(run / "predictions" / "test.csv", "DE")
     assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
 
-    # A base too large to ship is named only: loading asks for model.name_or_path, and takes it.
+    # The run's own adapter folder loads through the same loader, as the run it belongs to, with the run's weights
     model, info = load(run)
+    from_adapter, adapter_info = load(run / "adapter")
+    assert adapter_info["kind"] == "run" and adapter_info["checkpoint"] == str(run / "adapter")
+    for (key, value), (_, other) in zip(model.state_dict().items(), from_adapter.state_dict().items(), strict=True):
+        torch.testing.assert_close(value, other, msg=key)
+
+    # A base too large to ship is named only: loading asks for model.name_or_path, and takes it.
     named = export_culture(model, info, run, "DE", tmp_path / "named" / "DE", ship_base_mb=0)
     assert json.loads((named / "model_config.json").read_text())["local_bases"] and not (named / "base").exists()
     with pytest.raises(

@@ -327,3 +327,23 @@ def test_two_processes_answer_exactly_what_one_does(runs, data_dir, tiny_qwen, r
     assert read_answers(two) == read_answers(runs["def"])
     one_summary, two_summary = (json.loads((run / "summary.json").read_text()) for run in (runs["def"], two))
     assert two_summary["tasks"] == one_summary["tasks"] and two_summary["ps"] == one_summary["ps"]
+
+
+def test_an_adapter_that_does_not_fit_the_base_is_refused_not_half_loaded(tmp_path, tiny_qwen):
+    """memebridge.adapter gets the checks every exported adapter gets: PEFT alone would load a folder with a tensor
+    missing (that LoRA layer left at its initial zero) with a warning at most."""
+    from types import SimpleNamespace
+
+    from safetensors.torch import load_file, save_file
+
+    from crossmod.artifacts.consolidate import WeightsMismatch
+    from crossmod.models.vlm.classifier import VLMClassifier
+
+    heads = {"sentiment": {"kind": "multiclass", "classes": ["negative", "neutral", "positive"]}}
+    folder = VLMClassifier(tiny_qwen, heads, lora={"r": 4}).save_adapter(tmp_path / "adapter")
+    load_adapter(SimpleNamespace(backbone=VLMClassifier(tiny_qwen, heads)), str(folder))  # as saved: it fits
+    weights = load_file(str(folder / "adapter_model.safetensors"))
+    first = sorted(weights)[0]
+    save_file({k: v for k, v in weights.items() if k != first}, str(folder / "adapter_model.safetensors"))
+    with pytest.raises(WeightsMismatch, match=rf"adapter_model.safetensors: does not fit the base .*: it lacks {first}"):
+        load_adapter(SimpleNamespace(backbone=VLMClassifier(tiny_qwen, heads)), str(folder))

@@ -150,7 +150,9 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
         named["best"] = named["last"]  # no selection (cv.selection=last, or a NaN monitor): the run scored its final weights
     # the run's own pointers (best, last) are read within the run; a path the user gives is the user's choice
     path = _inside_run(run_dir, named[checkpoint], checkpoint) if checkpoint in named else Path(checkpoint)
-    if is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
+    if path.is_dir() and (path / "adapter_config.json").is_file() and path.resolve().parent == run_dir.resolve():
+        model = _run_adapter(run_dir, path, config)
+    elif is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
         check_trusted(config.get("model"), run_dir / "config.yaml", root=MODEL_ROOT)
         model = instantiate(config["model"], _recursive_=False)
         fix = f"consolidate the checkpoint again (crossmod consolidate checkpoint=<checkpoint dir> output={path})"
@@ -161,6 +163,27 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
     else:
         raise NothingToLoad(f"{path} does not exist (checkpoint={checkpoint} of run {run_dir})", "give checkpoint=best, last, or a checkpoint file")
     return model.eval(), {"config": config, "metrics": metrics, "checkpoint": str(path)}
+
+
+def _run_adapter(run_dir: Path, folder: Path, config: dict[str, Any]) -> MemeClassifier:
+    """A run's own `adapter/` (what `export_adapter` wrote after scoring: the PEFT adapter, `heads.safetensors`) on a
+    fresh base built from the run's config, under the checks an exported adapter gets: no pickle in it, every tensor
+    exactly the base's (`load_peft_adapter`, `_fitting`)."""
+    check_inside(folder)
+    refuse_pickles(folder)
+    model_cfg = json.loads(json.dumps(config.get("model") or {}))
+    check_trusted(model_cfg, run_dir / "config.yaml", root=MODEL_ROOT)
+    if not isinstance(model_cfg.get("fusion"), dict):
+        raise NothingToLoad(f"{run_dir / 'config.yaml'}: model.fusion is not an object; {folder} has no model to go onto")
+    model_cfg["fusion"] = {**model_cfg["fusion"], "lora": None}  # the adapter comes from the folder
+    model: MemeClassifier = instantiate(model_cfg, _recursive_=False)
+    model.configure_model()
+    named = {"base_model": model_cfg["fusion"].get("name_or_path")}
+    load_peft_adapter(model, folder, named)
+    if model.head_layers is not None:
+        path = check_safetensors(folder / "heads.safetensors")
+        model.head_layers.load_state_dict(_fitting(load_weights(path), model.head_layers.state_dict(), path, named))
+    return model
 
 
 def _inside_run(run_dir: Path, pointer: str | Path, checkpoint: str) -> Path:
@@ -240,9 +263,11 @@ def _fitting(state: dict[str, torch.Tensor], expected: Mapping[str, torch.Tensor
     return state
 
 
-def _load_adapter(model: MemeClassifier, folder: Path, card: Mapping[str, Any]) -> None:
+def load_peft_adapter(model: Any, folder: Path, card: Mapping[str, Any]) -> None:
     """A PEFT adapter onto the fresh base, every tensor of its file taken: PEFT itself loads an adapter for another base
-    with missing or unused keys (a warning at most), which would score the bare base under the export's name."""
+    with missing or unused keys (a warning at most), which would score the bare base under the export's name. Every
+    PEFT folder crossmod reads (an export's culture, MemeBridge's `memebridge.adapter`) comes through here. `card`:
+    what names the base in messages (`base_model`)."""
     from peft import get_peft_model_state_dict
 
     path = check_safetensors(folder / "adapter_model.safetensors")
@@ -295,7 +320,7 @@ def _culture(
         fixes = " or ".join(f"model.{key}=<local copy>" for key in keys)
         raise BaseModelError(f"{folder}: cannot load its base model ({cause}). Give this machine's copy: {command} {fixes}") from error
     if lora:
-        _load_adapter(model, folder, card)
+        load_peft_adapter(model, folder, card)
     else:
         path = folder / "model.safetensors"
         backbone = {k: v for k, v in model.state_dict().items() if k.startswith("backbone.")}

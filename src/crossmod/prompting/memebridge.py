@@ -136,9 +136,11 @@ def explanation_similarities(
 
 
 def load_adapter(model: Any, folder: str) -> None:
-    """A LoRA folder (adapter_config.json + adapter_model.safetensors, as export.py writes) onto the base model.
-    The folder is data: no pickle is loaded from it."""
+    """A LoRA folder (adapter_config.json + adapter_model.safetensors, as `crossmod export` writes) onto the base model,
+    under the checks every exported adapter gets: no pickle is loaded from it, and its weights are exactly the ones
+    the base takes (`load_peft_adapter`), never half-loaded beside the base's own."""
     from crossmod.artifacts.culture_folders import refuse_pickles
+    from crossmod.artifacts.loading import load_peft_adapter
 
     path = Path(folder)
     if not (path / "adapter_config.json").is_file() or not (path / "adapter_model.safetensors").is_file():
@@ -146,7 +148,7 @@ def load_adapter(model: Any, folder: str) -> None:
             f"memebridge.adapter={folder}: needs adapter_config.json and adapter_model.safetensors (a PEFT LoRA folder)"
         )
     refuse_pickles(path)
-    model.backbone.load_adapter(path)
+    load_peft_adapter(model, path, {"base_model": getattr(model.backbone, "name_or_path", None) or "the configured model"})
 
 
 COLUMNS = ("id", "task", "condition", "options", "gold", "prediction", "correct", "sim_orig", "sim_fmt", "generation", "prompt")
