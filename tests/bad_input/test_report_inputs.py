@@ -184,6 +184,13 @@ def _broken(case: str) -> tuple[str, str]:
     if case == "calibration_without_heads":
         result["calibration"] = {"mean": {"before": calibrated, "after": calibrated}}
         return json.dumps(result), "calibration needs heads"
+    abstained = {"aurc": 0.2, "aurc_random": 0.3, "aurc_oracle": 0.05}
+    if case == "aurc_a_string":
+        result["abstention"] = {"rule": "r", "heads": {"US": {**abstained, "aurc": "0.2"}}, "mean": abstained}
+        return json.dumps(result), "abstention.heads.US must hold aurc"
+    if case == "abstention_without_rule":
+        result["abstention"] = {"heads": {"US": abstained}, "mean": abstained}
+        return json.dumps(result), "abstention needs a rule"
     raise AssertionError(case)
 
 
@@ -193,6 +200,7 @@ CASES = [
     *("held_out_nan", "auroc_above_one", "negative_loss", "probability_infinite", "probability_above_one", "a_meme_scored_twice"),
     "threshold_nan",
     *("temperature_zero", "ece_above_one", "calibration_without_heads"),
+    *("aurc_a_string", "abstention_without_rule"),
 ]
 
 

@@ -148,3 +148,20 @@ def test_platt_and_isotonic_are_averaged_only_when_every_fold_has_them():
     summary = summarise(results, pool_out_of_fold(results))
     assert "cv/US/ece_platt_mean" not in summary["calibration"]["metrics"]
     assert "| 1.000 ± 0.000 | — / — |" in cv_markdown("x", [0, 1], [], summary)
+
+
+def test_abstention_is_averaged_over_folds_only_when_every_fold_has_it():
+    def abstained(aurc: float) -> dict:
+        row = {"aurc": aurc, "aurc_random": 0.3, "aurc_oracle": 0.05, "risk_at_full_coverage": 0.3, "risk_at_80_coverage": 0.25, "memes": 10}
+        return {"score": "spread", "rule": "memes decided in order …", "heads": {"US": row}, "mean": {k: v for k, v in row.items() if k != "memes"}}
+
+    results = {0: _fold(0, "inner", 0.8, FOLD0), 1: _fold(1, "inner", 0.6, FOLD1)}
+    results[0]["abstention"], results[1]["abstention"] = abstained(0.2), abstained(0.4)
+    summary = summarise(results, pool_out_of_fold(results))
+    metrics = summary["abstention"]["metrics"]
+    assert metrics["cv/US/aurc_mean"] == pytest.approx(0.3) and metrics["cv/US/aurc_std"] == pytest.approx(math.sqrt(0.02))
+    text = cv_markdown("x", [0, 1], [], summary)
+    assert "| US | 0.300 ± 0.141 | 0.300 ± 0.000 | 0.050 ± 0.000 |" in text and "each fold's own" in text
+    del results[1]["abstention"]
+    summary = summarise(results, pool_out_of_fold(results))
+    assert summary["abstention"] is None and "Abstention on the held-out folds" not in cv_markdown("x", [0, 1], [], summary)

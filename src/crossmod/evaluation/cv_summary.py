@@ -179,6 +179,39 @@ def summarise_calibration(results: Mapping[int, FoldResult]) -> dict[str, Any] |
     return {"rule": first["rule"], "bins": first["bins"], "metrics": prefixed_mean_std(per_metric, "cv")}
 
 
+ABSTENTION_SCORES = ("aurc", "aurc_random", "aurc_oracle")
+
+
+def summarise_abstention(results: Mapping[int, FoldResult]) -> dict[str, Any] | None:
+    """Mean ± sample std over folds of each culture's held-out AURC (disagreement order) beside the random and oracle
+    orders'; None unless every fold recorded one."""
+    recorded = [r.get("abstention") or {} for r in results.values()]
+    if not recorded or not all(r.get("heads") for r in recorded):
+        return None
+    per_fold = [{head: {k: row[k] for k in ABSTENTION_SCORES} for head, row in {**r["heads"], "mean": r["mean"]}.items()} for r in recorded]
+    per_metric = {key: values for key, values in _per_head_metric(per_fold).items() if len(values) == len(per_fold)}
+    return {"rule": recorded[0]["rule"], "metrics": prefixed_mean_std(per_metric, "cv")}
+
+
+def abstention_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
+    """Per culture, the held-out folds' AURC in the disagreement order beside a random and the oracle order's."""
+    abstention = result.get("abstention")
+    if not abstention:
+        return []
+    metrics = abstention["metrics"]
+
+    def cell(head: str, name: str) -> str:
+        mean, std = metrics.get(f"cv/{head}/{name}_mean"), metrics.get(f"cv/{head}/{name}_std")
+        return "—" if mean is None else f"{mean:.3f} ± {std:.3f}"
+
+    lines = ["", "Abstention on the held-out folds: AURC (lower: the disputed memes are the wrong ones), means over folds:", ""]
+    lines += ["| head | disagreement order | random order | oracle |", "|---|---|---|---|"]
+    for head in [*heads, "mean"]:
+        lines.append(f"| {head} | {cell(head, 'aurc')} | {cell(head, 'aurc_random')} | {cell(head, 'aurc_oracle')} |")
+    lines += ["", f"Rule: {shown(abstention['rule'])}, each fold's own."]  # a shared file's words
+    return lines
+
+
 def calibration_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
     """The held-out folds' ECE, Brier score and log-loss before → after each fold's temperature (means over folds)."""
     calibration = result.get("calibration")
@@ -219,6 +252,7 @@ def summarise(results: Mapping[int, FoldResult], oof: PooledOOF) -> dict[str, An
         "metrics": summary,
         "baselines": summarise_baselines(results),
         "calibration": summarise_calibration(results),
+        "abstention": summarise_abstention(results),
         "pooled_oof_auroc": {head: row[head] for head, row in alignment.items() if head in row},  # own labels, all folds pooled
         "alignment": alignment,
         "oof_samples": oof.samples,
@@ -299,6 +333,7 @@ def cv_markdown(name: str, folds: list[int], problems: list[str], result: dict[s
     lines += ["", CV_COLUMNS_NOTE]
     lines += baselines_markdown(result, heads)
     lines += calibration_markdown(result, heads)
+    lines += abstention_markdown(result, heads)
     if not result["alignment"]:
         return "\n".join([*lines, "", "No binary heads: no pooled ROC or alignment matrix.", ""])
     lines += ["", f"Alignment (AUROC of each head's scores against each culture's labels; {BEST} = best culture; no test):", ""]

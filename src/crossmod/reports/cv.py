@@ -102,6 +102,7 @@ def read_fold_result(path: Path) -> dict[str, Any]:
                 )
     _check_threshold(result, path)
     _check_calibration(result, path)
+    _check_abstention(result, path)
     _check_baselines(result, path)
     columns = _field(result, path, "oof_predictions", dict)
     lengths = {column: len(columns[column]) if isinstance(columns.get(column), list) else None for column in COLUMNS}
@@ -151,6 +152,21 @@ def _check_threshold(result: dict[str, Any], path: Path) -> None:
 
 
 CALIBRATION_SCORES = ("ece", "brier", "log_loss")
+
+
+def _check_abstention(result: dict[str, Any], path: Path) -> None:
+    """`abstention` (optional: older files lack it): {rule, heads: {head: {aurc, aurc_random, aurc_oracle}}, mean}, each
+    AURC a number in [0, 1]."""
+    recorded = _field(result, path, "abstention", dict, optional=True)
+    if recorded is None:
+        return
+    heads, mean = recorded.get("heads"), recorded.get("mean")
+    if not isinstance(heads, dict) or not heads or not isinstance(mean, dict) or not isinstance(recorded.get("rule"), str):
+        raise ReportInputError(f"{path}: abstention needs a rule, and heads and mean objects", FIX)
+    for where, row in {**{f"heads.{h}": r for h, r in heads.items()}, "mean": mean}.items():
+        good = isinstance(row, dict) and all(_score(name, row.get(name)) and row.get(name) is not None for name in ("aurc", "aurc_random", "aurc_oracle"))
+        if not good:
+            raise ReportInputError(f"{path}: abstention.{where} must hold aurc, aurc_random and aurc_oracle in [0, 1]", FIX)
 
 
 def _check_calibration(result: dict[str, Any], path: Path) -> None:

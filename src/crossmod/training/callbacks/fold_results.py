@@ -20,6 +20,8 @@ import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
 from crossmod.artifacts.runs import nest
+from crossmod.evaluation.abstention import abstention_on_test
+from crossmod.evaluation.alignment import read_predictions
 from crossmod.evaluation.predictions import read_prediction_columns
 from crossmod.evaluation.summary import json_safe
 from crossmod.evaluation.thresholds import calibration_on_selection, threshold_on_selection
@@ -58,11 +60,12 @@ class FoldResultWriter(L.Callback):
         mode: str = "max",
         predictions: str = "predictions/test.csv",
         calibration: str = "temperature",
+        abstention: str = "spread",
     ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"FoldResultWriter: mode must be 'max' or 'min', got {mode!r}")
         self.dirpath, self.experiment = Path(dirpath), experiment
-        self.calibration = calibration
+        self.calibration, self.abstention = calibration, abstention
         self.fold, self.num_folds, self.monitor, self.mode = fold, num_folds, monitor, mode
         self.predictions = self.dirpath / predictions
         self.history: list[dict[str, Any]] = []
@@ -103,6 +106,7 @@ class FoldResultWriter(L.Callback):
         if not self.predictions.is_file():
             raise FileNotFoundError(f"{self.predictions} is missing: the fold result needs the PredictionWriter callback")
         selected = final if rule == "last" else self.best_entry()
+        threshold = threshold_on_selection(self.predictions.parent)
         payload = {
             "experiment": self.experiment,
             "fold": self.fold,
@@ -116,9 +120,11 @@ class FoldResultWriter(L.Callback):
             "oof_predictions": read_prediction_columns(self.predictions),
             "held_out_labels": labels,
             # macro-F1 at the threshold the selection split chose (never the held-out fold), beside accuracy at 0.5
-            "selection_threshold": threshold_on_selection(self.predictions.parent),
+            "selection_threshold": threshold,
             # a temperature per head fitted on the selection split, and the held-out fold's ECE, Brier, log-loss before/after
             "calibration": calibration_on_selection(self.predictions.parent, self.calibration),
+            # per culture, the held-out fold's AURC when decided least disputed first (the culture heads' disagreement)
+            "abstention": abstention_on_test(threshold, read_predictions(self.predictions), self.abstention),
             # the baselines on the same memes (majority, TF-IDF, probe), measured before fit (src/crossmod/results/baselines.py)
             "baselines": baseline_scores(self.dirpath),
         }
