@@ -19,8 +19,8 @@ import pytest
 from crossmod.artifacts.bases import BaseModelError, absolute_paths, folder_sha256
 from crossmod.artifacts.loading import load
 from crossmod.runtime.resolvers import tiny_text_encoder
-from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.artifacts.test_export_predict import _scores, _shard_dir
+from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.zygote import run_python
 
 DECLARED = "nreimers/MiniLM-L6-H384-uncased"

@@ -16,8 +16,8 @@ import pytest
 from crossmod.artifacts.loading import load
 from crossmod.artifacts.retrieval_db import DB_NAME, IDS_NAME, add
 from crossmod.data.predict_inputs import read_inputs
-from tests.conftest import ROOT, scaled
 from tests.artifacts.test_export_predict import _shard_dir
+from tests.conftest import ROOT, scaled
 from tests.zygote import run_python
 
 CULTURE = "US"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.artifacts.test_export_predict import _cli, _scores
 from tests.conftest import TrainRun
 from tests.fixtures.shard_server import serve
-from tests.artifacts.test_export_predict import _cli, _scores
 from tests.training.test_zero3 import _val_history
 
 pytestmark = pytest.mark.slow

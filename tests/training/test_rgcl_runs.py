@@ -25,8 +25,8 @@ from crossmod.artifacts.retrieval_db import IDS_FILE
 from crossmod.data.predict_inputs import read_inputs
 from crossmod.data.sample import Sample
 from crossmod.data.shards import write_shards
-from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.artifacts.test_export_predict import _shard_dir
+from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.zygote import run_python
 
 RGCL = ("fold=0", "num_folds=3", "trainer.max_epochs=2", "+model.rgcl={weight: 0.5, loss: nll}", "+model.classify=retrieval")
