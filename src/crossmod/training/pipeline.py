@@ -142,7 +142,8 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
     fresh = cfg.get("train", True) and not cfg.get("ckpt_path")  # a resumed run keeps the baselines it measured
     baselines = measure_baselines(cfg, parts.datamodule, parts.model, parts.trainer, run_dir) if fresh else read_baselines(run_dir)
     if cfg.get("train", True):
-        resume = cfg.get("ckpt_path") or (requeue_checkpoint(run_dir) if SLURMEnvironment.detect() else None)
+        requeued = requeue_checkpoint(Path(parts.trainer.default_root_dir)) if SLURMEnvironment.detect() else None
+        resume = cfg.get("ckpt_path") or requeued
         parts.trainer.fit(parts.model, datamodule=parts.datamodule, ckpt_path=resume)  # a requeued job: where it stopped
         final_val = {k: float(v) for k, v in parts.trainer.callback_metrics.items() if k.startswith("val/")}
     scored = _score_selected(cfg, parts)
