@@ -60,14 +60,24 @@ def test_each_step_is_called_from_a_step_above_it() -> None:
         assert called, f"step {index + 1} ({name}) is imported by no step above it"
 
 
-def test_the_walk_never_returns_to_a_package_it_left() -> None:
-    names = [package(step) for step in walk()]
+def wrong_turns(names: list[str]) -> list[str]:
+    """What is wrong with a walk through these packages: a step up the house, or a return to a package it left."""
+    found = []
     ranks = [rank(name) for name in names]
-    assert ranks == sorted(ranks, reverse=True), f"the walk goes back up: {names}"
-    left = [name for i, name in enumerate(names) if i == 0 or names[i - 1] != name]
-    assert len(left) == len(set(left)), f"the walk returns to a package it left: {names}"
+    if ranks != sorted(ranks, reverse=True):
+        found.append(f"goes back up: {names}")
+    entered = [name for i, name in enumerate(names) if i == 0 or names[i - 1] != name]
+    if len(entered) != len(set(entered)):
+        found.append(f"returns to a package it left: {names}")
+    return found
 
 
-def test_a_walk_that_goes_back_up_is_caught() -> None:
-    assert rank("runtime") < rank("artifacts") < rank("recipes") < rank("cli")
+def test_the_walk_never_returns_to_a_package_it_left() -> None:
+    assert not wrong_turns([package(step) for step in walk()])
+
+
+def test_a_walk_that_goes_back_up_or_returns_is_caught() -> None:
+    assert wrong_turns(["cli", "recipes", "runtime", "artifacts"]) == ["goes back up: ['cli', 'recipes', 'runtime', 'artifacts']"]
+    assert wrong_turns(["cli", "prompting", "results", "prompting"])[-1].startswith("returns to a package it left")
+    assert not wrong_turns(["cli", "recipes", "launch", "artifacts", "inference", "inference", "runtime"])
     assert imported_packages(ROOT / "src" / "crossmod" / "recipes" / "predict.py") >= {"launch", "artifacts", "inference"}

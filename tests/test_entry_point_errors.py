@@ -343,6 +343,8 @@ def test_an_unknown_calibration_map_is_refused_by_key_before_anything_is_built()
     from crossmod.runtime.user_errors import UserError
 
     with pytest.raises(UserError, match=r"calibration=beta is not a calibration map crossmod fits.*calibration=temperature \| platt \| isotonic") as refused:
-        preflight.calibration_method(OmegaConf.create({"calibration": "beta"}))
+        preflight.decision_settings(OmegaConf.create({"calibration": "beta"}))
     assert refused.value.key == "calibration"
-    preflight.calibration_method(OmegaConf.create({"calibration": "platt"}))
+    preflight.decision_settings(OmegaConf.create({"calibration": "platt"}))
+    with pytest.raises(UserError, match=r"abstention=variance is not a disagreement score.*abstention=spread \| entropy"):
+        preflight.decision_settings(OmegaConf.create({"abstention": "variance"}))

@@ -44,5 +44,5 @@ def test_culture_abstention_decides_at_the_selection_threshold_and_orders_by_dis
     rows = culture_abstention(probabilities, labels, {"US": 0.5, "DE": 0.5})
     # spreads: a 0.05, c 0.05, b 0.25 → order a, c (tie: by id), b; US decides a=1 ✓, c=0 ✓, b=1 ✗
     assert rows["US"]["aurc"] == pytest.approx((0 + 0 + 1 / 3) / 3) and rows["US"]["aurc_random"] == pytest.approx(1 / 3)
-    assert rows["US"]["aurc_oracle"] == rows["US"]["aurc"] and rows["US"]["risk_at_full_coverage"] == pytest.approx(1 / 3)
+    assert rows["US"]["aurc_oracle"] == rows["US"]["aurc"] and rows["US"]["risk_at_80_coverage"] == pytest.approx(1 / 3)  # ceil(2.4) = 3 memes
     assert rows["DE"]["memes"] == 2 and rows["DE"]["aurc"] == 0.0  # only its labelled memes

@@ -146,11 +146,12 @@ def test_the_alternatives_are_fitted_on_the_selection_split_only():
     rng = np.random.default_rng(5)
     p_val, p_test = rng.random(200), rng.random(300)
     y_val, y_test = (rng.random(200) < p_val**2).astype(int), (rng.random(300) < p_test).astype(int)
-    first = temperature_on_selection({"US": (y_val, p_val)}, {"US": (y_test, p_test)})["US"]
-    flipped = temperature_on_selection({"US": (y_val, p_val)}, {"US": (1 - y_test, p_test)})["US"]
-    assert (first["platt"]["slope"], first["platt"]["intercept"]) == (flipped["platt"]["slope"], flipped["platt"]["intercept"]) == fit_platt(y_val, p_val)
-    assert first["isotonic"]["knots"] == len(fit_isotonic(y_val, p_val)[0])
-    assert first["platt"]["after"] != flipped["platt"]["after"] and first["isotonic"]["after"] != flipped["isotonic"]["after"]
+    for method, expected in (("platt", fit_platt(y_val, p_val)), ("isotonic", fit_isotonic(y_val, p_val))):
+        first = temperature_on_selection({"US": (y_val, p_val)}, {"US": (y_test, p_test)}, method=method)["US"]
+        flipped = temperature_on_selection({"US": (y_val, p_val)}, {"US": (1 - y_test, p_test)}, method=method)["US"]
+        parameters = [value for key, value in first["calibrator"].items() if key != "method"]
+        assert first["calibrator"] == flipped["calibrator"] and tuple(parameters) == tuple(expected)
+        assert first["compared"][method] != flipped["compared"][method] and first["after"] == first["compared"][method]
 
 
 @pytest.mark.parametrize("method", ["temperature", "platt", "isotonic"])
@@ -190,6 +191,6 @@ def test_the_chosen_map_is_the_one_scored_after():
     y_val, y_test = (rng.random(300) < p_val**2).astype(int), (rng.random(300) < p_test**2).astype(int)
     row = temperature_on_selection({"US": (y_val, p_val)}, {"US": (y_test, p_test)}, method="isotonic")["US"]
     assert row["calibrator"]["method"] == "isotonic"
-    assert row["after"] == row["isotonic"]["after"] == calibration_scores(y_test, apply_calibrator(p_test, row["calibrator"]))
+    assert row["after"] == row["compared"]["isotonic"] == calibration_scores(y_test, apply_calibrator(p_test, row["calibrator"]))
     default = temperature_on_selection({"US": (y_val, p_val)}, {"US": (y_test, p_test)})["US"]
     assert default["calibrator"] == {"method": "temperature", "temperature": default["temperature"]}

@@ -136,7 +136,7 @@ def test_platt_and_isotonic_are_averaged_only_when_every_fold_has_them():
         scores = {"ece": 0.1, "brier": 0.1, "log_loss": 0.5}
         row = {"temperature": 1.0, "before": scores, "after": scores}
         if platt_ece is not None:
-            row |= {"platt": {"slope": 1.0, "intercept": 0.0, "after": {**scores, "ece": platt_ece}}, "isotonic": {"knots": 3, "after": {**scores, "ece": 0.04}}}
+            row |= {"compared": {"temperature": scores, "platt": {**scores, "ece": platt_ece}, "isotonic": {**scores, "ece": 0.04}}}
         return {"rule": "temperature fitted …", "bins": "10 equal-width bins", "heads": {"US": row}, "mean": {"before": scores, "after": scores}}
 
     results = {0: _fold(0, "inner", 0.8, FOLD0), 1: _fold(1, "inner", 0.6, FOLD1)}
@@ -152,7 +152,7 @@ def test_platt_and_isotonic_are_averaged_only_when_every_fold_has_them():
 
 def test_abstention_is_averaged_over_folds_only_when_every_fold_has_it():
     def abstained(aurc: float) -> dict:
-        row = {"aurc": aurc, "aurc_random": 0.3, "aurc_oracle": 0.05, "risk_at_full_coverage": 0.3, "risk_at_80_coverage": 0.25, "memes": 10}
+        row = {"aurc": aurc, "aurc_random": 0.3, "aurc_oracle": 0.05, "risk_at_80_coverage": 0.25, "memes": 10}
         return {"score": "spread", "rule": "memes decided in order …", "heads": {"US": row}, "mean": {k: v for k, v in row.items() if k != "memes"}}
 
     results = {0: _fold(0, "inner", 0.8, FOLD0), 1: _fold(1, "inner", 0.6, FOLD1)}

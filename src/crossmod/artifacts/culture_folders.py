@@ -404,7 +404,9 @@ def _culture_calibration(calibration: dict[str, Any] | None, culture: str) -> di
     row = ((calibration or {}).get("heads") or {}).get(culture)
     if not row:
         return None
-    calibrator = row.get("calibrator") or {"method": "temperature", "temperature": row["temperature"]}  # older runs: temperature
+    from crossmod.evaluation.calibration import calibrator_of
+
+    calibrator = calibrator_of(row)
     return {
         "method": calibrator["method"],
         "calibrator": calibrator,

@@ -67,7 +67,7 @@ def culture_abstention(
     score: str = "spread",
 ) -> dict[str, dict[str, float]]:
     """Per culture with a threshold: AURC of its decisions ordered by the disagreement score (over the memes every
-    head scored and this culture labelled), beside the random and oracle orders' and the coverage-1 risk."""
+    head scored and this culture labelled), beside the random and oracle orders' and the risk at 80 % coverage."""
     heads = sorted(probabilities)
     common = sorted(set.intersection(*(set(probabilities[h]) for h in heads)))
     per_meme = disagreement({h: [probabilities[h][i] for i in common] for h in heads}, score)
@@ -84,20 +84,19 @@ def culture_abstention(
         at_80 = int(np.ceil(0.8 * len(ids))) - 1
         rows[head] = {
             "aurc": float(np.mean(risk)),
-            "aurc_random": float(wrong.mean()),
+            "aurc_random": float(risk[-1]),  # a random order's expected AURC: the error rate, the risk at coverage 1
             "aurc_oracle": oracle_aurc(wrong),
-            "risk_at_full_coverage": float(risk[-1]),
             "risk_at_80_coverage": float(risk[at_80]),
             "memes": len(ids),
         }
     return rows
 
 
-def abstention_on_test(predictions: Mapping[str, object] | None, test: tuple[Mapping, Mapping], score: str = "spread") -> dict[str, object] | None:
+def abstention_on_test(threshold: Mapping[str, object] | None, test: tuple[Mapping, Mapping], score: str = "spread") -> dict[str, object] | None:
     """A run's abstention report: per culture the test stage's AURC when its memes are decided least disputed first,
-    its decisions at the thresholds its validation (selection) split chose (`predictions`: the run's
+    its decisions at the thresholds its validation (selection) split chose (`threshold`: the run's
     `selection_threshold`); None without two binary heads or without thresholds."""
-    heads = (predictions or {}).get("heads") or {}  # type: ignore[union-attr]
+    heads = (threshold or {}).get("heads") or {}  # type: ignore[union-attr]
     probabilities, labels = test
     if len(probabilities) < 2 or not heads:
         return None
@@ -105,7 +104,7 @@ def abstention_on_test(predictions: Mapping[str, object] | None, test: tuple[Map
     per_head = culture_abstention(probabilities, labels, thresholds, score)
     if not per_head:
         return None
-    names = ("aurc", "aurc_random", "aurc_oracle", "risk_at_full_coverage", "risk_at_80_coverage")
+    names = ("aurc", "aurc_random", "aurc_oracle", "risk_at_80_coverage")
     return {
         "score": score,
         "rule": f"memes decided in order of the culture heads' {score} (lowest first; nothing fitted), each culture's "

@@ -19,7 +19,7 @@ never the memes a reported score is computed on; that rule belongs to the caller
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -186,6 +186,12 @@ def check_calibrator(calibrator: object) -> None:
             )
 
 
+def calibrator_of(row: Mapping[str, object]) -> dict[str, object]:
+    """A recorded head's calibration map: its `calibrator`, or for runs and cards from before maps were chosen (a
+    temperature only) that temperature's."""
+    return row.get("calibrator") or {"method": "temperature", "temperature": row["temperature"]}  # type: ignore[return-value]
+
+
 def apply_calibrator(probabilities: Sequence[float], calibrator: dict[str, object]) -> np.ndarray:
     """The probabilities through a calibration map `fit_calibrator` made."""
     method = calibrator["method"]
@@ -218,32 +224,23 @@ def temperature_on_selection(
 ) -> dict[str, dict[str, object]]:
     """Per binary head with labels on both splits: the temperature fitted on the selection split's (labels,
     probabilities) and the `method`'s map (`calibrator`: the temperature's by default), the held-out memes'
-    calibration scores before and after that map; beside it, Platt scaling's and isotonic regression's, fitted on the
-    same memes. A head whose selection labels hold
+    calibration scores before and after that map, and every map's (`compared`), each fitted on the same memes. A head whose selection labels hold
     one class is left out: a temperature fitted there would only push every probability towards that class."""
+    if method not in METHODS:
+        raise ValueError(f"calibration must be one of {list(METHODS)}, not {method!r}")
     heads: dict[str, dict[str, object]] = {}
     for head, (y_val, p_val) in selection.items():
         if head not in held_out or len(np.unique(y_val)) < 2:
             continue
         y_test, p_test = held_out[head]
-        temperature = fit_temperature(y_val, p_val)
-        slope, intercept = fit_platt(y_val, p_val)
-        knots = fit_isotonic(y_val, p_val)
-        chosen = fit_calibrator(method, y_val, p_val) if method != "temperature" else {"method": method, "temperature": temperature}
-        maps = {
-            "temperature": with_temperature(p_test, temperature),
-            "platt": with_platt(p_test, slope, intercept),
-            "isotonic": with_isotonic(p_test, *knots),
-        }
-        compared = {name: calibration_scores(y_test, mapped, n_bins) for name, mapped in maps.items()}
+        fitted = {name: fit_calibrator(name, y_val, p_val) for name in METHODS}
+        compared = {name: calibration_scores(y_test, apply_calibrator(p_test, m), n_bins) for name, m in fitted.items()}
         heads[head] = {
-            "temperature": temperature,
-            "calibrator": chosen,
+            "temperature": fitted["temperature"]["temperature"],
+            "calibrator": fitted[method],
             "selection_memes": int(len(y_val)),
             "before": calibration_scores(y_test, p_test, n_bins),
-            "after": calibration_scores(y_test, apply_calibrator(p_test, chosen), n_bins),
-            "platt": {"slope": slope, "intercept": intercept, "after": compared["platt"]},
-            "isotonic": {"knots": len(knots[0]), "after": compared["isotonic"]},
-            "compared": compared,  # every map's held-out scores, the chosen one's equal to `after`
+            "after": compared[method],
+            "compared": compared,  # every map's held-out scores, fitted on the same val memes
         }
     return heads

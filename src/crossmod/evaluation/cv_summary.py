@@ -145,6 +145,12 @@ def _per_head_metric(scores_by_fold: list[dict[str, dict[str, float | None]]]) -
     return per_metric
 
 
+def _every_fold(per_fold: list[dict[str, dict[str, float | None]]]) -> dict[str, list[float]]:
+    """`_per_head_metric`, keeping only the scores every fold recorded: one some folds lack (a map or a head added
+    after older fold files were written) is left out, never averaged over fewer folds."""
+    return {key: values for key, values in _per_head_metric(per_fold).items() if len(values) == len(per_fold)}
+
+
 def _threshold_scores(result: FoldResult) -> dict[str, dict[str, float]]:
     """Head (and `mean`) → held-out scores at the selection split's threshold, as the fold result recorded them."""
     recorded = result.get("selection_threshold") or {}
@@ -161,7 +167,7 @@ def _calibration_scores(result: FoldResult) -> dict[str, dict[str, float]]:
         head: {
             **{f"{name}_{when}": row[when][name] for when in ("before", "after") for name in ("ece", "brier", "log_loss")},
             **({"temperature": row["temperature"]} if "temperature" in row else {}),
-            **{f"{name}_{method}": row[method]["after"][name] for method in ("platt", "isotonic") if method in row for name in ("ece", "brier", "log_loss")},
+            **{f"{name}_{method}": row["compared"][method][name] for method in ("platt", "isotonic") if "compared" in row for name in ("ece", "brier", "log_loss")},
         }
         for head, row in rows.items()
     }
@@ -174,9 +180,7 @@ def summarise_calibration(results: Mapping[int, FoldResult]) -> dict[str, Any] |
     if not per_fold or not all(per_fold):
         return None
     first = next(iter(results.values()))["calibration"]
-    # a score some folds lack (Platt and isotonic in older fold files) is left out, never averaged over fewer folds
-    per_metric = {key: values for key, values in _per_head_metric(per_fold).items() if len(values) == len(per_fold)}
-    return {"rule": first["rule"], "bins": first["bins"], "metrics": prefixed_mean_std(per_metric, "cv")}
+    return {"rule": first["rule"], "bins": first["bins"], "metrics": prefixed_mean_std(_every_fold(per_fold), "cv")}
 
 
 ABSTENTION_SCORES = ("aurc", "aurc_random", "aurc_oracle")
@@ -189,8 +193,7 @@ def summarise_abstention(results: Mapping[int, FoldResult]) -> dict[str, Any] | 
     if not recorded or not all(r.get("heads") for r in recorded):
         return None
     per_fold = [{head: {k: row[k] for k in ABSTENTION_SCORES} for head, row in {**r["heads"], "mean": r["mean"]}.items()} for r in recorded]
-    per_metric = {key: values for key, values in _per_head_metric(per_fold).items() if len(values) == len(per_fold)}
-    return {"rule": recorded[0]["rule"], "metrics": prefixed_mean_std(per_metric, "cv")}
+    return {"rule": recorded[0]["rule"], "metrics": prefixed_mean_std(_every_fold(per_fold), "cv")}
 
 
 def abstention_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:

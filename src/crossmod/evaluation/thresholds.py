@@ -99,7 +99,7 @@ def calibration_on_selection(predictions: Path, method: str = "temperature") -> 
     `method`'s map (calibration=temperature | platt | isotonic) fitted on the validation (selection) stage:
     `predictions/val.csv` and `test.csv`, as for the threshold
     above; None without both files or without a head with two classes on val."""
-    from crossmod.evaluation.calibration import temperature_on_selection
+    from crossmod.evaluation.calibration import METHODS, temperature_on_selection
     from crossmod.evaluation.predictions import labelled_pairs
 
     val, test = predictions / "val.csv", predictions / "test.csv"
@@ -112,11 +112,9 @@ def calibration_on_selection(predictions: Path, method: str = "temperature") -> 
         when: {name: float(np.mean([h[when][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}
         for when in ("before", "after")
     }
-    for other in ("platt", "isotonic"):  # the alternatives, fitted on the same memes, reported beside the chosen map
-        mean[other] = {"after": {name: float(np.mean([h[other]["after"][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}}
-    mean["compared"] = {
+    mean["compared"] = {  # every map, fitted on the same memes, beside the chosen one
         m: {name: float(np.mean([h["compared"][m][name] for h in per_head.values()])) for name in ("ece", "brier", "log_loss")}
-        for m in ("temperature", "platt", "isotonic")
+        for m in METHODS
     }
     fitted = {
         "temperature": "temperature fitted per head on the validation (selection) split by log-loss",

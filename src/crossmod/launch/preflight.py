@@ -310,8 +310,9 @@ def resume_checkpoint(cfg: DictConfig) -> None:
             raise UserError(str(error), "resume only from checkpoints your own runs wrote", "ckpt_path") from None
 
 
-def calibration_method(cfg: DictConfig) -> None:
-    """calibration=… names a map crossmod fits (evaluation/calibration.py METHODS)."""
+def decision_settings(cfg: DictConfig) -> None:
+    """calibration=… names a map crossmod fits (evaluation/calibration.py METHODS), abstention=… a disagreement score
+    it computes (evaluation/abstention.py SCORES)."""
     from crossmod.evaluation.calibration import METHODS
 
     method = cfg.get("calibration", "temperature")
@@ -338,16 +339,22 @@ def moderation_policy(cfg: DictConfig) -> None:
 
 
 # ------------------------------------------------------------------------------------------ per entry point
-def train(cfg: DictConfig) -> None:
-    """train.py: a training recipe, every value set, its data there, a fold where the dataset needs one, model
-    folders and the checkpoint to resume from there, a GPU where the trainer asks for one."""
+def training_settings(cfg: DictConfig) -> None:
+    """What train.py and cross_validate.py both check first: a training recipe, every value set and in range, the
+    calibration map, disagreement score and policy named, the datasets' folders there."""
     recipe(cfg, TRAIN)
     require(cfg)
     check_ranges(cfg)
-    calibration_method(cfg)
+    decision_settings(cfg)
     moderation_policy(cfg)
     data_folders(cfg, "data")
     data_folders(cfg, "eval_data")
+
+
+def train(cfg: DictConfig) -> None:
+    """train.py: a training recipe, every value set, its data there, a fold where the dataset needs one, model
+    folders and the checkpoint to resume from there, a GPU where the trainer asks for one."""
+    training_settings(cfg)
     fold_for_training(cfg)
     retrieval_settings(cfg)
     model_folders(cfg)
@@ -358,13 +365,7 @@ def train(cfg: DictConfig) -> None:
 
 def cross_validate(cfg: DictConfig) -> None:
     """cross_validate.py: a training recipe (each fold is train.py), every value set, its data there."""
-    recipe(cfg, TRAIN)
-    require(cfg)
-    check_ranges(cfg)
-    calibration_method(cfg)
-    moderation_policy(cfg)
-    data_folders(cfg, "data")
-    data_folders(cfg, "eval_data")
+    training_settings(cfg)
     retrieval_settings(cfg)
     model_folders(cfg)
     accelerator(cfg)

@@ -148,7 +148,8 @@ def load_adapter(model: Any, folder: str) -> None:
             f"memebridge.adapter={folder}: needs adapter_config.json and adapter_model.safetensors (a PEFT LoRA folder)"
         )
     refuse_pickles(path)
-    load_peft_adapter(model, path, {"base_model": getattr(model.backbone, "name_or_path", None) or "the configured model"})
+    named = getattr(getattr(model, "hparams", None), "name_or_path", None)  # MemeClassifier's family-level setting
+    load_peft_adapter(model, path, {"base_model": named or "the configured model"})
 
 
 COLUMNS = ("id", "task", "condition", "options", "gold", "prediction", "correct", "sim_orig", "sim_fmt", "generation", "prompt")

@@ -34,6 +34,7 @@ def main(cfg: DictConfig) -> None:
     from crossmod.artifacts.bases import base_overrides
     from crossmod.artifacts.loading import load
     from crossmod.data.predict_inputs import check_inputs
+    from crossmod.evaluation.calibration import calibrator_of
     from crossmod.inference.new_memes import read_captions, read_inputs, write_predictions
     from crossmod.inference.scoring import score, scoring_trainer
     from crossmod.runtime.console import configure_console
@@ -68,8 +69,7 @@ def main(cfg: DictConfig) -> None:
         print(f"[predict] warning: {len(ids)} memes scored without {name} (allow_missing)")
     trainer = scoring_trainer(cfg.trainer)  # the trainer= group: device, precision, processes (data-parallel scoring)
     calibration = card.get("calibration") or {}  # fitted on the run's selection split, carried by the export
-    calibrator = calibration.get("calibrator") or ({"method": "temperature", "temperature": calibration["temperature"]} if calibration else None)
-    calibrators = {card["culture"]: calibrator} if calibrator else None
+    calibrators = {card["culture"]: calibrator_of(calibration)} if calibration else None
     rows = score(trainer, model, inputs, cfg.batch_size, cfg.threshold, cfg.num_workers, calibrators)
     if card.get("policy"):  # act / review / allow by the thresholds the run's selection split chose for this culture
         from crossmod.inference.scoring import with_actions

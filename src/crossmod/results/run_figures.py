@@ -47,7 +47,7 @@ def _reliability_curves(run_dir: Path) -> dict[str, dict[str, tuple[object, obje
     import json
 
     from crossmod.evaluation.alignment import read_predictions
-    from crossmod.evaluation.calibration import apply_calibrator, reliability_bins
+    from crossmod.evaluation.calibration import apply_calibrator, calibrator_of, reliability_bins
     from crossmod.evaluation.predictions import labelled_pairs
 
     metrics = run_dir / "metrics.json"
@@ -58,7 +58,7 @@ def _reliability_curves(run_dir: Path) -> dict[str, dict[str, tuple[object, obje
     curves = {}
     for head, row in calibration["heads"].items():
         y, p = pairs[head]
-        calibrator = row.get("calibrator") or {"method": "temperature", "temperature": row["temperature"]}  # older runs
+        calibrator = calibrator_of(row)
         before, after = reliability_bins(y, p), reliability_bins(y, apply_calibrator(p, calibrator))
         name = f"T = {row['temperature']:.2f}" if calibrator["method"] == "temperature" else calibrator["method"]
         curves[head] = {"as scored": (before.predicted, before.observed), name: (after.predicted, after.observed)}
