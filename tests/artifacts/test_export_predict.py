@@ -199,7 +199,8 @@ def test_the_calibration_map_a_run_chose_is_the_one_predict_applies(train_run, t
     recorded = json.loads((run / "metrics.json").read_text())["calibration"]
     assert recorded["method"] == "isotonic" and recorded["rule"].startswith("isotonic regression fitted per head on the validation")
     mx = recorded["heads"]["MX"]
-    assert mx["calibrator"]["method"] == "isotonic" and "platt" in mx and "temperature" in mx
+    assert mx["calibrator"]["method"] == "isotonic" and set(mx["compared"]) == {"temperature", "platt", "isotonic"}
+    assert mx["after"] == mx["compared"]["isotonic"] and mx["temperature"] > 0
     _cli("export.py", f"run={run}", "culture=MX", f"out={tmp_path / 'export'}")
     card = json.loads((tmp_path / "export" / "MX" / "culture_card.json").read_text())
     assert card["calibration"]["calibrator"] == mx["calibrator"] and card["calibration"]["method"] == "isotonic"
