@@ -13,10 +13,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from crossmod.artifacts import adapter_folder
 from crossmod.artifacts.bases import BaseModelError
 from crossmod.artifacts.consolidate import WeightsMismatch
 from crossmod.artifacts.culture_folders import export_culture
-from crossmod.artifacts.loading import load
+from crossmod.artifacts.loading import NothingToLoad, load
 from crossmod.runtime.resolvers import tiny_vlm
 from tests.conftest import ROOT, SMALL_DATA, scaled
 from tests.data.sources import layouts
@@ -92,6 +93,29 @@ def test_lora_culture_export_loads_with_peft_and_predicts_the_runs_scores(train_
     assert adapter_info["kind"] == "run" and adapter_info["checkpoint"] == str(run / "adapter")
     for (key, value), (_, other) in zip(model.state_dict().items(), from_adapter.state_dict().items(), strict=True):
         torch.testing.assert_close(value, other, msg=key)
+
+    # One adapter format: the run's adapter/ and the export hold the same files, the head weights under the same keys
+    assert adapter_folder.detect(run / "adapter") == "run" and adapter_folder.detect(folder) == "culture"
+    shared = {"adapter_config.json", "adapter_model.safetensors", "head.safetensors", "heads.json"}
+    assert shared <= {p.name for p in (run / "adapter").iterdir()} and shared <= {p.name for p in folder.iterdir()}
+    run_head, culture_head = (load_file(str(f / "head.safetensors")) for f in (run / "adapter", folder))
+    assert set(run_head) == set(culture_head) == {"weight", "bias"}
+    assert json.loads((folder / "heads.json").read_text()) == card["heads"]
+    # a run written before the formats were one (every head in heads.safetensors, keys under "linear.") still loads
+    old = tmp_path / "old_run"
+    shutil.copytree(run, old)
+    save_file({f"linear.{k}": v for k, v in run_head.items()}, str(old / "adapter" / "heads.safetensors"))
+    (old / "adapter" / "head.safetensors").unlink()
+    from_old, _ = load(old / "adapter")
+    for (key, value), (_, other) in zip(from_adapter.state_dict().items(), from_old.state_dict().items(), strict=True):
+        torch.testing.assert_close(value, other, msg=key)
+    # an adapter folder without what rebuilds its base is named for what it is, and sent where it can be used
+    shutil.copytree(run / "adapter", tmp_path / "loose")
+    with pytest.raises(NothingToLoad, match="a run's adapter/ outside its run folder"):
+        load(tmp_path / "loose")
+    (tmp_path / "loose" / "heads.json").unlink()
+    with pytest.raises(NothingToLoad, match="a PEFT adapter without crossmod's heads.*memebridge.adapter=<folder>"):
+        load(tmp_path / "loose")
 
     # A base too large to ship is named only: loading asks for model.name_or_path, and takes it.
     named = export_culture(model, info, run, "DE", tmp_path / "named" / "DE", ship_base_mb=0)

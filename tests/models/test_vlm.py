@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from packaging.version import Version
 
+from crossmod.artifacts import adapter_folder
 from crossmod.data.synthetic import SyntheticMemeSource
 from crossmod.models.module import MemeClassifier
 from crossmod.models.vlm.classifier import last_token_index, resolve_attn_implementation
@@ -106,14 +107,14 @@ def test_adapter_and_heads_reload_onto_a_fresh_base(version, tiny_vlms, tmp_path
         optimizer.zero_grad()
         loss_of(model, batch).backward()
         optimizer.step()
-    exported = model.export_adapter(tmp_path / "adapter")
-    assert {p.name for p in exported.iterdir()} >= {"adapter_config.json", "adapter_model.safetensors", "heads.safetensors", "heads.json"}
+    exported = adapter_folder.save(model, tmp_path / "adapter")
+    assert {p.name for p in exported.iterdir()} >= {"adapter_config.json", "adapter_model.safetensors", "head.safetensors", "heads.json"}
 
     fresh = build(tmp_path, f"model.name_or_path={tiny_vlms[version]}", "model.fusion.lora=null")
     model.eval(), fresh.eval()
     with torch.no_grad():
         assert not torch.equal(fresh(batch)["US"], model(batch)["US"])
-        fresh.load_adapter(exported)
+        adapter_folder.load(fresh, exported, {"base_model": "the tiny VLM"})
         for head, logits in model(batch).items():
             torch.testing.assert_close(fresh(batch)[head], logits, rtol=0, atol=0)
 
@@ -332,11 +333,11 @@ def test_a_trained_tower_trains_beside_lora_and_travels_in_the_adapter(tiny_vlms
         optimizer.zero_grad()
         loss_of(model, batch).backward()
         optimizer.step()
-    exported = model.export_adapter(tmp_path / "adapter")
+    exported = adapter_folder.save(model, tmp_path / "adapter")
     fresh = build(tmp_path, folder, "model.fusion.lora=null")
     model.eval(), fresh.eval()
     with torch.no_grad():
-        fresh.load_adapter(exported)
+        adapter_folder.load(fresh, exported, {"base_model": "the tiny VLM"})
         for head, logits in model(batch).items():
             torch.testing.assert_close(fresh(batch)[head], logits, rtol=0, atol=0)
     with pytest.raises(Exception, match="vision_lora=true adapts a frozen vision tower"):

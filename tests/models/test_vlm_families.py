@@ -12,6 +12,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForImageTextToText
 
+from crossmod.artifacts import adapter_folder
 from crossmod.data.synthetic import SyntheticMemeSource
 from crossmod.inference.scoring import single_device_trainer
 from crossmod.models.module import MemeClassifier
@@ -150,7 +151,7 @@ def test_exported_adapter_loads_back_with_peft_to_the_same_logits(kind, folders,
         optimizer.zero_grad()
         model.heads_loss(model(batch), batch["labels"]).backward()
         optimizer.step()
-    exported = model.export_adapter(tmp_path / "adapter")
+    exported = adapter_folder.save(model, tmp_path / "adapter")
     model.eval()
     with torch.no_grad():
         features = model.backbone.last_hidden(batch)
@@ -164,7 +165,7 @@ def test_exported_adapter_loads_back_with_peft_to_the_same_logits(kind, folders,
         torch.testing.assert_close(model.backbone.last_hidden(batch), features, rtol=0, atol=0)
 
     fresh = build(tmp_path, folders[kind], "model.fusion.lora=null")
-    fresh.load_adapter(exported)  # crossmod's own loading path (heads too)
+    adapter_folder.load(fresh, exported, {"base_model": "the tiny VLM"})  # crossmod's own loading path (heads too)
     fresh.eval()
     with torch.no_grad():
         for head, values in fresh(batch).items():

@@ -18,6 +18,7 @@ import pytest
 from omegaconf import OmegaConf
 from PIL import Image
 
+from crossmod.artifacts.adapter_folder import ExportError
 from crossmod.evaluation.memebridge import markdown, parse_emotions, parse_mcq, parse_sentiment
 from crossmod.prompting.memebridge import load_adapter, questions, score
 from crossmod.prompting.memebridge_prompts import MemeBridgePrompts
@@ -227,7 +228,7 @@ def test_an_adapter_folder_must_be_safetensors(tmp_path):
     folder = tmp_path / "adapter"
     folder.mkdir()
     (folder / "adapter_config.json").write_text("{}")
-    with pytest.raises(FileNotFoundError, match="needs adapter_config.json and adapter_model.safetensors"):
+    with pytest.raises(ExportError, match="adapter_model.safetensors is missing: an adapter folder holds adapter_config.json and"):
         load_adapter(None, str(folder))
     (folder / "adapter_model.safetensors").write_bytes(b"")
     (folder / "adapter_model.bin").write_bytes(b"")

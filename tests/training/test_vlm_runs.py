@@ -41,7 +41,7 @@ def test_qwen_lora_cv_folds_train_log_cultures_and_write_adapters(train_run, mul
         assert metrics["selection"]["rule"] == "last" and metrics["best_checkpoint"] is None and metrics["best"]["val"] == {}
         assert metrics["fold"] == fold and set(metrics["best"]["test"]) >= {"US", "DE", "MX", "IN", "CN", "mean"}
         adapter = Path(metrics["adapter"])
-        assert {p.name for p in adapter.iterdir()} >= {"adapter_config.json", "adapter_model.safetensors", "heads.safetensors"}
+        assert {p.name for p in adapter.iterdir()} >= {"adapter_config.json", "adapter_model.safetensors", "head.safetensors", "heads.json"}
         assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 8
         header = next(csv.reader(open(run / "csv" / "metrics.csv")))
         assert {"test/US/auroc", "test/CN/acc", "test/mean/auroc"} <= set(header)

@@ -1,12 +1,12 @@
-"""What a trained run ships: per-culture folders (adapter or classifier weights, head, card) and their loading.
+"""What a trained run ships: per-culture folders (adapter or classifier weights, head, card) and their cards.
 
-A culture folder holds safetensors only: `adapter_config.json` + `adapter_model.safetensors` for LoRA
-(loadable with `PeftModel.from_pretrained(base, folder)`), else `model.safetensors` (the classifier's
-backbone); `head.safetensors` (this culture's rows of the head layers); `model_config.json` (the
-family config to rebuild it, its bases portable: hub ids or small bases shipped in `base/`, see
-src/crossmod/artifacts/bases.py); `culture_card.json` and a README. Loading refuses pickle files, and
-configs that name anything but crossmod's own model parts (src/crossmod/models/trusted_targets.py): a folder or a
-run someone shares is data, never code.
+A culture folder is an adapter folder (src/crossmod/artifacts/adapter_folder.py: `adapter_config.json` +
+`adapter_model.safetensors`, `head.safetensors` with this culture's rows of the head layers, `heads.json`), or, for a
+model without LoRA, `model.safetensors` (the classifier's backbone) beside the same head files. With them:
+`model_config.json` (the family config to rebuild it, its bases portable: hub ids or small bases shipped in `base/`, see
+src/crossmod/artifacts/bases.py), `culture_card.json` and a README. Loading verifies the folder as every adapter folder
+is verified, and refuses configs that name anything but crossmod's own model parts
+(src/crossmod/models/trusted_targets.py): a folder or a run someone shares is data, never code.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
+from crossmod.artifacts import adapter_folder
+from crossmod.artifacts.adapter_folder import HEAD_FILE, HEADS_FILE, REEXPORT, ExportError
 from crossmod.artifacts.bases import (
     absolute_paths,
     card_base,
@@ -30,7 +29,6 @@ from crossmod.artifacts.bases import (
 )
 from crossmod.artifacts.export_readme import readme
 from crossmod.data.cache_files import save_weights, shared_permissions
-from crossmod.data.paths import OutsideRoot, ensure_within
 from crossmod.data.shards import write_json_atomic
 from crossmod.models.backbone import Generative
 from crossmod.models.module import MemeClassifier
@@ -38,35 +36,10 @@ from crossmod.models.trusted_targets import MODEL_ROOT
 from crossmod.runtime.redaction import redact
 from crossmod.runtime.user_errors import UserError
 
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 LABEL_MAP = {"0": "non-hate", "1": "hate"}
 FORMATS = ("peft-lora", "classifier")
 KINDS = ("head", "retrieval")  # how the folder scores: its head layers, or its labelled memes (src/crossmod/artifacts/retrieval_db.py)
-EXPORT_FILES = (
-    "culture_card.json",
-    "model_config.json",
-    "model.safetensors",
-    "head.safetensors",
-    "adapter_config.json",
-    "adapter_model.safetensors",
-)
 CARD_FIELDS: dict[str, type] = {"culture": str, "heads": dict, "format": str}
-MAX_HEADER = 100_000_000  # safetensors' own bound on a header; a larger claim is a "header bomb"
-REEXPORT = "re-export the run (crossmod export run=<run dir>), and copy the folder whole (its files, not links to them)"
-
-
-class ExportError(UserError, ValueError):
-    """An exported culture folder (or a weights file) crossmod will not load: names the file, the field and the fix."""
-
-
-def check_inside(folder: Path) -> None:
-    """The files an export is loaded from resolve inside it: a symlink out would read, print or load a file elsewhere
-    (shipped bases are checked by src/crossmod/artifacts/bases.py as they are resolved)."""
-    for name in EXPORT_FILES:
-        try:
-            ensure_within(folder, folder / name, "file", name)
-        except OutsideRoot as error:
-            raise ExportError(f"{folder}: {error}", REEXPORT) from None
 
 
 def read_object(path: Path, fix: str = REEXPORT) -> dict[str, Any]:
@@ -124,35 +97,6 @@ def _check_policy(policy: Any, path: Path) -> None:
         number = isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and 0 <= threshold <= 1
         if action not in ("act", "review") or not (number or (isinstance(record, dict) and isinstance(record.get("why"), str))):
             raise ExportError(f"{path}: policy.actions.{action}"[:200] + " is not an action with a threshold in [0, 1] (or why it has none)", REEXPORT)
-
-
-def check_safetensors(path: Path, fix: str = REEXPORT) -> Path:
-    """A safetensors file whose header fits in the file and under safetensors' bound (a header bomb claims more)."""
-    with open(path, "rb") as handle:
-        prefix, size = handle.read(8), os.fstat(handle.fileno()).st_size
-    length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
-    if length is None or length > min(MAX_HEADER, size - 8):
-        claim = "no header length" if length is None else f"a header of {length:,} bytes"
-        raise ExportError(f"{path}: claims {claim} in a file of {size:,} bytes (up to {MAX_HEADER:,}): not a safetensors file", fix)
-    return path
-
-
-def load_weights(path: Path, fix: str = REEXPORT) -> dict[str, torch.Tensor]:
-    """A safetensors file's tensors, with its name in any error (safetensors' own errors name no file)."""
-    try:
-        return load_file(str(check_safetensors(path, fix)))
-    except SafetensorError as error:
-        raise ExportError(f"{path}: not a readable safetensors file ({error})", fix) from None
-
-
-def refuse_pickles(folder: Path) -> None:
-    """Exported weights are safetensors (a shipped base's too); a pickle offered as weights could run code on load."""
-    pickles = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix in PICKLE_SUFFIXES)
-    if pickles:
-        raise ValueError(
-            f"{folder} holds pickle files {pickles}: crossmod loads safetensors only "
-            "(convert them with safetensors, or re-export the run (crossmod export run=<run dir>))"
-        )
 
 
 def _head_slice(model: MemeClassifier, culture: str) -> dict[str, torch.Tensor]:
@@ -308,8 +252,10 @@ def _write_culture(
         raise ValueError(f"model_config.json would hold absolute paths at {leaks}: crossmod cannot make them portable")
     backbone = model.backbone
     lora = hasattr(backbone, "save_adapter") and bool(model_cfg.get("fusion", {}).get("lora"))
+    heads = {culture: model.hparams.heads[culture]}
+    head = _head_slice(model, culture) if model.head_layers is not None else None
     if lora:
-        backbone.save_adapter(out)
+        adapter_folder.save(model, out, head=head, heads=heads)
         _portable_adapter_config(out / "adapter_config.json", model_cfg["fusion"]["name_or_path"])
         if merge:
             merged = _merged_copy(backbone)
@@ -318,15 +264,16 @@ def _write_culture(
     else:
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k.startswith("backbone.")}
         save_weights(state, str(out / "model.safetensors"))
+        if head is not None:
+            save_weights(head, str(out / HEAD_FILE))
+        (out / HEADS_FILE).write_text(json.dumps(heads, indent=1))
         if merge:
             _save_model_folder(model, out / "merged")
-    if model.head_layers is not None:
-        save_weights(_head_slice(model, culture), str(out / "head.safetensors"))
     (out / "model_config.json").write_text(json.dumps(model_cfg, indent=1, ensure_ascii=False))
     metrics, head = info["metrics"], model.heads[culture]
     card = {
         "culture": culture,
-        "heads": {culture: model.hparams.heads[culture]},
+        "heads": heads,
         "label_map": LABEL_MAP if head.is_binary else list(head.classes),
         "family": model_cfg["fusion"]["_target_"],
         "format": "peft-lora" if lora else "classifier",

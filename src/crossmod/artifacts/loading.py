@@ -1,8 +1,9 @@
 """One loader for everything that holds a trained classifier: `load(reference) → (model, info)`.
 
-A reference is a run folder (its selected or named checkpoint), a Lightning .ckpt, a DeepSpeed checkpoint directory
-or a consolidated safetensors file inside a run folder, an exported culture folder (head or retrieval adapter), or, for
-`each_model`, a folder of runs. Everything read is data, never code: run configs, checkpoint hyperparameters and
+A reference is a run folder (its selected or named checkpoint), a Lightning .ckpt, a DeepSpeed checkpoint directory,
+a consolidated safetensors file or the `adapter/` inside a run folder, an exported culture folder (head or retrieval
+adapter), or, for `each_model`, a folder of runs. Adapter folders, whoever wrote them, are read through one protocol
+(src/crossmod/artifacts/adapter_folder.py). Everything read is data, never code: run configs, checkpoint hyperparameters and
 exported configs are checked against crossmod's own model parts (src/crossmod/models/trusted_targets.py) before anything
 is built, exported folders hold safetensors only, and their paths resolve inside them (src/crossmod/artifacts/bases.py).
 Every job that scores a trained model (evaluate, predict, export, eval_data, retrieval_db) loads it here.
@@ -21,18 +22,11 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from crossmod.artifacts import adapter_folder
+from crossmod.artifacts.adapter_folder import REEXPORT, ExportError, check_fits, load_weights
 from crossmod.artifacts.bases import BaseModelError, check_card_bases, missing_local_bases, override_keys, resolve_bases, with_bases
-from crossmod.artifacts.consolidate import WeightsMismatch, is_deepspeed_checkpoint, restore_weights, zero_state_dict
-from crossmod.artifacts.culture_folders import (
-    REEXPORT,
-    ExportError,
-    check_inside,
-    check_safetensors,
-    load_weights,
-    read_card,
-    read_object,
-    refuse_pickles,
-)
+from crossmod.artifacts.consolidate import is_deepspeed_checkpoint, restore_weights, zero_state_dict
+from crossmod.artifacts.culture_folders import read_card, read_object
 from crossmod.artifacts.runs import read_config
 from crossmod.data.paths import OutsideRoot, ensure_within
 from crossmod.models.module import MemeClassifier
@@ -84,6 +78,14 @@ def load(
         return model, info
     if path.is_file() and path.suffix == ".ckpt":
         return _checkpoint(path, sharded), {"kind": "checkpoint", "checkpoint": str(path)}
+    found = adapter_folder.detect(path) if path.is_dir() else None
+    if found == "run":
+        raise NothingToLoad(f"{path}: a run's adapter/ outside its run folder, which holds the config that rebuilds its base: load the run folder, or a folder crossmod export wrote")
+    if found == "peft":
+        raise NothingToLoad(
+            f"{path}: a PEFT adapter without crossmod's heads (no heads.json, no culture_card.json), so no classifier to build; "
+            "a VLM scored by its answers takes it: crossmod memebridge memebridge.adapter=<folder>"
+        )
     if path.exists():
         raise NothingToLoad(
             f"{path}: not a run folder (metrics.json), a .ckpt, an exported culture folder (culture_card.json), or a "
@@ -150,7 +152,7 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
         named["best"] = named["last"]  # no selection (cv.selection=last, or a NaN monitor): the run scored its final weights
     # the run's own pointers (best, last) are read within the run; a path the user gives is the user's choice
     path = _inside_run(run_dir, named[checkpoint], checkpoint) if checkpoint in named else Path(checkpoint)
-    if path.is_dir() and (path / "adapter_config.json").is_file() and path.resolve().parent == run_dir.resolve():
+    if adapter_folder.detect(path) == "run" and path.resolve().parent == run_dir.resolve():
         model = _run_adapter(run_dir, path, config)
     elif is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
         check_trusted(config.get("model"), run_dir / "config.yaml", root=MODEL_ROOT)
@@ -166,11 +168,9 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
 
 
 def _run_adapter(run_dir: Path, folder: Path, config: dict[str, Any]) -> MemeClassifier:
-    """A run's own `adapter/` (what `export_adapter` wrote after scoring: the PEFT adapter, `heads.safetensors`) on a
-    fresh base built from the run's config, under the checks an exported adapter gets: no pickle in it, every tensor
-    exactly the base's (`load_peft_adapter`, `_fitting`)."""
-    check_inside(folder)
-    refuse_pickles(folder)
+    """A run's own `adapter/` (an adapter folder, src/crossmod/artifacts/adapter_folder.py) on a fresh base built from
+    the run's config, under the checks every adapter folder gets: verified first, every tensor exactly the base's."""
+    adapter_folder.verify(folder)
     model_cfg = json.loads(json.dumps(config.get("model") or {}))
     check_trusted(model_cfg, run_dir / "config.yaml", root=MODEL_ROOT)
     if not isinstance(model_cfg.get("fusion"), dict):
@@ -178,11 +178,7 @@ def _run_adapter(run_dir: Path, folder: Path, config: dict[str, Any]) -> MemeCla
     model_cfg["fusion"] = {**model_cfg["fusion"], "lora": None}  # the adapter comes from the folder
     model: MemeClassifier = instantiate(model_cfg, _recursive_=False)
     model.configure_model()
-    named = {"base_model": model_cfg["fusion"].get("name_or_path")}
-    load_peft_adapter(model, folder, named)
-    if model.head_layers is not None:
-        path = check_safetensors(folder / "heads.safetensors")
-        model.head_layers.load_state_dict(_fitting(load_weights(path), model.head_layers.state_dict(), path, named))
+    adapter_folder.load(model, folder, {"base_model": model_cfg["fusion"].get("name_or_path")})
     return model
 
 
@@ -247,39 +243,6 @@ def _restore_when_built(model: MemeClassifier, state: dict[str, torch.Tensor], s
         restore_weights(model, state)
 
 
-def _fitting(state: dict[str, torch.Tensor], expected: Mapping[str, torch.Tensor], path: Path, card: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """`state` when it holds exactly the weights `expected` names, each of its shape: weights for another base (or
-    another family) are refused by name, never half-loaded beside random ones."""
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    shapes = [f"{k} {tuple(state[k].shape)} (the model's {tuple(expected[k].shape)})" for k in sorted(set(state) & set(expected)) if state[k].shape != expected[k].shape]
-    if missing or unexpected or shapes:
-        found = "; ".join(
-            f"{what} {', '.join(names[:3])}{' …' if len(names) > 3 else ''}"
-            for what, names in (("lacks", missing), ("holds weights the model lacks:", unexpected), ("other shapes:", shapes))
-            if names
-        )
-        raise WeightsMismatch(f"{path}: does not fit the base {card.get('base_model')!r} its card names: it {found}", REEXPORT)
-    return state
-
-
-def load_peft_adapter(model: Any, folder: Path, card: Mapping[str, Any]) -> None:
-    """A PEFT adapter onto the fresh base, every tensor of its file taken: PEFT itself loads an adapter for another base
-    with missing or unused keys (a warning at most), which would score the bare base under the export's name. Every
-    PEFT folder crossmod reads (an export's culture, MemeBridge's `memebridge.adapter`) comes through here. `card`:
-    what names the base in messages (`base_model`)."""
-    from peft import get_peft_model_state_dict
-
-    path = check_safetensors(folder / "adapter_model.safetensors")
-    saved = load_weights(path)
-    try:
-        model.backbone.load_adapter(folder)
-    except RuntimeError as error:  # torch's "size mismatch for …" from PEFT's load_state_dict
-        reason = str(error).strip().splitlines()[-1].strip()
-        raise WeightsMismatch(f"{path}: does not fit the base {card.get('base_model')!r} its card names: {reason}", REEXPORT) from None
-    _fitting(saved, get_peft_model_state_dict(model.backbone.model), path, card)
-
-
 def _culture(
     folder: str | Path, bases: Mapping[str, str | None] | None = None, command: str | None = None
 ) -> tuple[MemeClassifier, dict[str, Any]]:
@@ -291,8 +254,7 @@ def _culture(
     calling job's command line up to that override, which an error about a missing base names.
     """
     folder = Path(folder)
-    check_inside(folder)
-    refuse_pickles(folder)
+    adapter_folder.verify(folder)
     card = read_card(folder / "culture_card.json")
     model_cfg = read_object(folder / "model_config.json")
     check_trusted(card.get("heads"), folder / "culture_card.json")
@@ -320,15 +282,12 @@ def _culture(
         fixes = " or ".join(f"model.{key}=<local copy>" for key in keys)
         raise BaseModelError(f"{folder}: cannot load its base model ({cause}). Give this machine's copy: {command} {fixes}") from error
     if lora:
-        load_peft_adapter(model, folder, card)
+        adapter_folder.load_peft(model, folder, card)
     else:
         path = folder / "model.safetensors"
         backbone = {k: v for k, v in model.state_dict().items() if k.startswith("backbone.")}
-        model.load_state_dict(_fitting(load_weights(path), backbone, path, card), strict=False)
-    if model.head_layers is not None:
-        path = folder / "head.safetensors"
-        head = model.head_layers.linear
-        head.load_state_dict(_fitting(load_weights(path), head.state_dict(), path, card))
+        model.load_state_dict(check_fits(load_weights(path), backbone, path, card), strict=False)
+    adapter_folder.load_head(model, folder, card)
     if card.get("kind") == "retrieval":
         from crossmod.artifacts.retrieval_db import attach
 

@@ -220,7 +220,7 @@ def _stale_generations(folder: Path, keep: dict[str, Path]) -> None:
 
 def read_database(folder: Path, facts: Any) -> Database:
     """The database as the card describes it, or a DatabaseError naming the file and what does not hold."""
-    from crossmod.artifacts.culture_folders import load_weights
+    from crossmod.artifacts.adapter_folder import load_weights
 
     card = folder / "culture_card.json"
     if not isinstance(facts, dict) or not isinstance(facts.get("sha256"), dict):

@@ -8,7 +8,6 @@ datamodule needs it before any weights exist.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import re
 from collections.abc import Callable
@@ -20,21 +19,19 @@ import torch
 from hydra.utils import get_method, instantiate
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from omegaconf import DictConfig, OmegaConf
-from safetensors.torch import load_file
 from torch import nn
 from torchmetrics import MeanMetric
 
-from crossmod.data.cache_files import save_weights
 from crossmod.data.even_batches import FILLER
 from crossmod.data.heads import Head, parse_heads
 from crossmod.evaluation.metrics import HeadMetrics
-from crossmod.models.backbone import Adapters, Backbone, checked_backbone
+from crossmod.models.backbone import Backbone, checked_backbone
 from crossmod.models.heads import HeadLayers, masked_loss
 from crossmod.models.objectives import Objective, objective_from
 from crossmod.models.retrieval.bank import Bank
 from crossmod.models.retrieval.settings import RetrievalSettings
 from crossmod.models.scoring_rules import RetrievalVote, ScoringRule, scoring_rule_from
-from crossmod.models.sharding import gathered, partition_summary, tell_transformers, zero3_config
+from crossmod.models.sharding import partition_summary, tell_transformers, zero3_config
 from crossmod.models.trusted_targets import check_checkpoint
 
 EVAL_STAGES = ("val", "test")
@@ -296,34 +293,6 @@ class MemeClassifier(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch_metrics("test")
-
-    def export_adapter(self, directory: str | Path, write: bool = True) -> Path:
-        """A VLM's LoRA adapter (PEFT files) plus the head layers' weights (`heads.safetensors`) and the
-        heads' declaration (`heads.json`): what a fresh base model needs to reproduce this model's logits.
-
-        Under ZeRO-3 every rank must call this (the trainable weights are gathered collectively); only
-        the rank with `write=True` writes.
-        """
-        if not isinstance(self.backbone, Adapters):
-            raise ValueError(f"{type(self.backbone).__name__} has no adapter to export")
-        directory = Path(directory)
-        with gathered([p for p in self.parameters() if p.requires_grad]):
-            if write:
-                self.backbone.save_adapter(directory)
-                if self.head_layers is not None:
-                    weights = {k: v.detach().cpu().contiguous() for k, v in self.head_layers.state_dict().items()}
-                    save_weights(weights, str(directory / "heads.safetensors"))
-                (directory / "heads.json").write_text(json.dumps(self.hparams.heads, indent=1))
-        return directory
-
-    def load_adapter(self, directory: str | Path) -> None:
-        """What `export_adapter` wrote, onto this model's fresh base: the adapter and the head layers' weights."""
-        if not isinstance(self.backbone, Adapters):
-            raise ValueError(f"{type(self.backbone).__name__} has no adapter to load")
-        directory = Path(directory)
-        self.backbone.load_adapter(directory)
-        if self.head_layers is not None:
-            self.head_layers.load_state_dict(load_file(str(directory / "heads.safetensors")))
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Optimizer groups: per-module learning rates (`param_groups` patterns, first match wins), and no

@@ -136,20 +136,15 @@ def explanation_similarities(
 
 
 def load_adapter(model: Any, folder: str) -> None:
-    """A LoRA folder (adapter_config.json + adapter_model.safetensors, as `crossmod export` writes) onto the base model,
-    under the checks every exported adapter gets: no pickle is loaded from it, and its weights are exactly the ones
-    the base takes (`load_peft_adapter`), never half-loaded beside the base's own."""
-    from crossmod.artifacts.culture_folders import refuse_pickles
-    from crossmod.artifacts.loading import load_peft_adapter
+    """A LoRA folder (an adapter folder: a run's `adapter/`, an export's culture, or PEFT's own files) onto the base
+    model, under the checks every adapter folder gets (src/crossmod/artifacts/adapter_folder.py): verified before it is
+    read, and its weights exactly the ones the base takes, never half-loaded beside the base's own."""
+    from crossmod.artifacts import adapter_folder
 
-    path = Path(folder)
-    if not (path / "adapter_config.json").is_file() or not (path / "adapter_model.safetensors").is_file():
-        raise FileNotFoundError(
-            f"memebridge.adapter={folder}: needs adapter_config.json and adapter_model.safetensors (a PEFT LoRA folder)"
-        )
-    refuse_pickles(path)
     named = getattr(getattr(model, "hparams", None), "name_or_path", None)  # MemeClassifier's family-level setting
-    load_peft_adapter(model, path, {"base_model": named or "the configured model"})
+    fix = "give memebridge.adapter a LoRA folder crossmod wrote (a run's adapter/ or crossmod export's culture folder)"
+    adapter_folder.verify(Path(folder), fix)
+    adapter_folder.load_peft(model, Path(folder), {"base_model": named or "the configured model"}, fix)
 
 
 COLUMNS = ("id", "task", "condition", "options", "gold", "prediction", "correct", "sim_orig", "sim_fmt", "generation", "prompt")

@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from crossmod.artifacts import adapter_folder
 from crossmod.artifacts.consolidate import restore_weights, zero_state_dict
 from crossmod.artifacts.finished_run import finished_run_checkpoints
 from crossmod.artifacts.runs import copy_manifest, nest, save_config, write_metrics
@@ -152,7 +153,7 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
         metrics["baselines"] = baselines
     if isinstance(parts.model.backbone, Adapters) and cfg.model.get("fusion", {}).get("lora"):
         # every rank takes part (ZeRO-3 gathers the adapter collectively); rank 0 writes the scored weights
-        metrics["adapter"] = str(parts.model.export_adapter(run_dir / "adapter", write=parts.trainer.is_global_zero))
+        metrics["adapter"] = str(adapter_folder.save(parts.model, run_dir / "adapter", write=parts.trainer.is_global_zero))
     if parts.trainer.is_global_zero:
         _write_run(cfg, run_dir, parts, scored, metrics)
     return metrics
