@@ -137,7 +137,7 @@ def test_what_the_config_has_passes_the_checks(tmp_path):
     for args in (
         ["-m", "model=text,image", "seed=1,2", "trainer.max_epochs=1"],
         ["-m", "model=text,image", "model.image.name=resnet18"],  # a key of the second option only
-        ["+model.classify=retrieval", "~data.heads.US", "data.heads.DE.kind=binary", "hydra.run.dir=/tmp/x"],
+        ["model/scoring=retrieval", "~data.heads.US", "data.heads.DE.kind=binary", "hydra.run.dir=/tmp/x"],
         ["experiment=mhc_text", "data.source.languages=[de]", "seed=3"],
         ["--config-dir", str(tmp_path), "experiment=mine", "extra.depth=4"],
         ["experiment=qwen_lora_c", "--cfg", "job"],  # a Hydra flag the checks do not know: Hydra's to answer

@@ -9,32 +9,45 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from hydra.utils import instantiate
 from torch import nn
 
 from crossmod.data.heads import parse_heads
 from crossmod.models.backbone import Adapters, Backbone, Generative, checked_backbone
-from crossmod.models.objectives import RGCL, CrossEntropy, objective_from
+from crossmod.models.module import with_components
+from crossmod.models.objectives import RGCL, CrossEntropy
 from crossmod.models.retrieval.bank import Bank, rgcl_objective
 from crossmod.models.retrieval.settings import RetrievalSettings
-from crossmod.models.scoring_rules import HeadScores, RetrievalVote, scoring_rule_from
+from crossmod.models.scoring_rules import HeadScores, RetrievalVote
 
 CONFIGS = Path(__file__).resolve().parents[2] / "src" / "crossmod" / "configs" / "model"
 HEADS = parse_heads({"US": {"kind": "binary"}, "DE": {"kind": "binary"}})
 
 
 def test_the_config_names_the_components():
-    assert objective_from(None) == CrossEntropy() and objective_from({}) == CrossEntropy()
-    rgcl = objective_from({"weight": 0.25, "loss": "triplet"})
-    assert isinstance(rgcl, RGCL) and rgcl.settings.weight == 0.25 and rgcl.needs_bank and rgcl.needs_embedding
-    assert scoring_rule_from("head", None) == HeadScores() and not HeadScores().needs_bank
-    vote = scoring_rule_from("retrieval", {"k": 3, "weighting": "mean"})
+    """Each config in configs/model/{objective,scoring}/ builds its component, settings checked as it is built; an older
+    config's flags (`rgcl`, `classify`) become the components they chose."""
+    built = {p.stem: instantiate(yaml.safe_load(p.read_text())) for p in sorted((CONFIGS / "objective").glob("*.yaml"))}
+    assert built == {"cross_entropy": CrossEntropy(), "rgcl": RGCL(weight=0.5, loss="nll", temperature=1.0, margin=0.1)}
+    assert built["rgcl"].needs_bank and built["rgcl"].needs_embedding and not CrossEntropy().needs_bank
+    scoring = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((CONFIGS / "scoring").glob("*.yaml"))}
+    assert instantiate(scoring["head"]) == HeadScores() and not HeadScores().needs_bank
+    vote = instantiate({**scoring["retrieval"], "settings": {"k": 3, "weighting": "mean"}})
     assert vote == RetrievalVote(RetrievalSettings(k=3, weighting="mean")) and vote.needs_bank and vote.name == "retrieval"
-    with pytest.raises(ValueError, match=r"model.classify must be one of"):
-        scoring_rule_from("knn", None)
-    with pytest.raises(ValueError, match=r"model.rgcl.weight must be in \(0, 1\]"):
-        objective_from({"weight": 0})
+    assert RetrievalVote(None).settings == RetrievalSettings()  # no model.retrieval: the public code's k 20, by rank
+    with pytest.raises(ValueError, match=r"model.objective.weight must be in \(0, 1\]"):
+        RGCL(weight=0)
+    with pytest.raises(ValueError, match=r"model.objective \(RGCL\) has no \['wieght'\]"):
+        RGCL(wieght=0.5)
     with pytest.raises(ValueError, match=r"model.retrieval.k must be an integer"):
-        scoring_rule_from("head", {"k": 2.5})  # checked under the head rule too: a retrieval export votes with them
+        RetrievalVote({"k": 2.5})
+    old = with_components({"rgcl": {"weight": 0.25, "loss": "triplet"}, "classify": "retrieval", "retrieval": {"k": 5}})
+    assert instantiate(old["objective"]) == RGCL(weight=0.25, loss="triplet") and "rgcl" not in old and "classify" not in old
+    assert instantiate(old["scoring"]) == RetrievalVote({"k": 5})
+    default = with_components({"classify": "head"})
+    assert instantiate(default["objective"]) == CrossEntropy() and instantiate(default["scoring"]) == HeadScores()
+    given = {"_target_": "crossmod.models.objectives.RGCL", "weight": 1.0}
+    assert with_components({"objective": given, "rgcl": {"weight": 0.1}})["objective"] == given  # the new key wins
 
 
 class Stub:
@@ -75,7 +88,7 @@ def test_cross_entropy_is_the_heads_loss_of_the_head_logits():
 
 
 def test_rgcl_mixes_cross_entropy_and_the_contrastive_loss_by_its_weight():
-    model, rgcl = Stub(), objective_from({"weight": 0.25, "loss": "nll", "depth": 3})
+    model, rgcl = Stub(), RGCL(weight=0.25, loss="nll", depth=3)
     losses = rgcl(model, BATCH)
     contrast = rgcl_objective(model.features, BATCH["labels"], BATCH["ids"], model.bank_, "nll", 1.0, 0.1, 3)
     cross_entropy = model.heads_loss(model.logits_from(model.features), BATCH["labels"])

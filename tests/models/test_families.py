@@ -260,7 +260,7 @@ EMBEDDING_FAMILIES["vlm_head"] = ["experiment=synthetic_vlm"]  # the last token'
 def test_every_family_with_a_meme_embedding_trains_with_rgcl_and_classifies_by_retrieval(family, tiny, tmp_path):
     """One RGCL gradient reaches the encoders, and retrieval scores every head from the bank (never a meme's own entry)."""
     overrides = [o.format(**{k: str(v) for k, v in tiny.items()}) for o in EMBEDDING_FAMILIES[family]]
-    model = build_model([*overrides, "+model.rgcl={weight: 0.5, loss: nll}", "+model.classify=retrieval"], tmp_path)
+    model = build_model([*overrides, "model/objective=rgcl", "model/scoring=retrieval"], tmp_path)
     batch = one_batch(model)
     model.eval()
     with torch.no_grad():

@@ -29,7 +29,7 @@ from tests.artifacts.test_export_predict import _shard_dir
 from tests.conftest import ROOT, SMALL_DATA, TrainRun, scaled
 from tests.zygote import run_python
 
-RGCL = ("fold=0", "num_folds=3", "trainer.max_epochs=2", "+model.rgcl={weight: 0.5, loss: nll}", "+model.classify=retrieval")
+RGCL = ("fold=0", "num_folds=3", "trainer.max_epochs=2", "model/objective=rgcl", "model/scoring=retrieval")
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -273,13 +273,41 @@ def test_copies_of_held_out_memes_under_other_ids_are_refused_by_content(rgcl_ru
     assert added.returncode == 0 and "5 added" in added.stdout, added.stderr[-3000:]
 
 
+def test_a_run_written_with_the_older_flags_loads_as_the_components_it_chose(rgcl_run, tmp_path):
+    """A run (config.yaml) and a checkpoint (hyperparameters) from before the objective and the scoring rule were
+    components name them as `rgcl: {…}` and `classify: retrieval`: they load as RGCL and the vote, never as the defaults."""
+    import torch
+    import yaml
+
+    from crossmod.artifacts.loading import load
+    from crossmod.models.objectives import RGCL as RGCLObjective
+    from crossmod.models.scoring_rules import RetrievalVote
+
+    old = Path(shutil.copytree(rgcl_run["run"], tmp_path / "old"))
+    config = yaml.safe_load((old / "config.yaml").read_text())
+    objective = config["model"].pop("objective")
+    assert config["model"].pop("scoring")["_target_"].endswith("RetrievalVote")
+    config["model"].update(rgcl={k: v for k, v in objective.items() if k != "_target_"}, classify="retrieval")
+    (old / "config.yaml").write_text(yaml.safe_dump(config))
+    for path in (old / "checkpoints").glob("*.ckpt"):
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        hparams = checkpoint["hyper_parameters"]
+        hparams["rgcl"] = {k: v for k, v in hparams.pop("objective").items() if k != "_target_"}
+        hparams.pop("scoring")
+        hparams["classify"] = "retrieval"
+        torch.save(checkpoint, path)
+    model, _ = load(old)
+    assert model.objective == RGCLObjective(weight=0.5, loss="nll") and model.scoring == RetrievalVote({"k": 20, "weighting": "rank"})
+    assert "rgcl" not in model.hparams and model.hparams.scoring["_target_"].endswith("RetrievalVote")
+
+
 def test_rgcl_settings_that_cannot_work_are_refused_naming_the_key(train_run):
-    result = train_run(*SMALL_DATA, "+model.rgcl={weight: 2}", check=False)
-    assert result.returncode != 0 and "model.rgcl.weight must be in (0, 1]" in result.stderr + result.stdout
+    result = train_run(*SMALL_DATA, "model/objective=rgcl", "model.objective.weight=2", check=False)
+    assert result.returncode != 0 and "model.objective.weight must be in (0, 1]" in result.stderr + result.stdout
     assert "Run directory" not in result.stdout  # refused before a run folder exists
     result = train_run(*SMALL_DATA, "+model.retrieval={k: 0}", check=False)
     assert result.returncode != 0 and "model.retrieval" in result.stderr + result.stdout
-    result = train_run(*SMALL_DATA, "model=late_fusion", "+model.classify=retrieval", "trainer.max_epochs=1", check=False)
+    result = train_run(*SMALL_DATA, "model=late_fusion", "model/scoring=retrieval", "trainer.max_epochs=1", check=False)
     assert result.returncode != 0 and "no shared meme embedding" in result.stderr + result.stdout
 
 

@@ -45,13 +45,13 @@ def test_the_name_and_run_directory_follow_what_runs(overrides, name):
 @pytest.mark.parametrize(
     "overrides, label",
     [
-        (("+model.classify=retrieval",), "synthetic_concat-retrieval"),  # scored by retrieval, not by the head
-        (("+model.rgcl={weight: 0.5}", "+model.classify=retrieval"), "synthetic_concat-retrieval-rgcl"),
+        (("model/scoring=retrieval",), "synthetic_concat-retrieval"),  # scored by retrieval, not by the head
+        (("model/objective=rgcl", "model/scoring=retrieval"), "synthetic_concat-retrieval-rgcl"),
         (("data.ablate=image",), "synthetic_concat-no_image"),
         (("data=multi3hate", "model=text", "data.ablate=text"), "multi3hate_text-no_text"),
         (("~data.heads.CN", "~data.heads.IN"), "synthetic_concat-heads_US_DE_MX"),  # heads dropped by an override
         (("experiment=hm_rgcl",), "hm_rgcl"),  # the name says RGCL already
-        (("experiment=hm_rgcl", "model.classify=retrieval"), "hm_rgcl-retrieval"),
+        (("experiment=hm_rgcl", "model/scoring=retrieval"), "hm_rgcl-retrieval"),
         (("name=x-FT-US", "~data.heads.DE", "~data.heads.MX", "~data.heads.IN", "~data.heads.CN"), "x-FT-US"),
         (("name=mine", "data.ablate=text"), "mine-no_text"),  # an explicit name still says what changed
     ],

@@ -29,7 +29,7 @@ from crossmod.artifacts.consolidate import is_deepspeed_checkpoint, restore_weig
 from crossmod.artifacts.culture_folders import read_card, read_object
 from crossmod.artifacts.runs import read_config
 from crossmod.data.paths import OutsideRoot, ensure_within
-from crossmod.models.module import MemeClassifier
+from crossmod.models.module import MemeClassifier, with_components
 from crossmod.models.trusted_targets import MODEL_ROOT, check_trusted
 from crossmod.runtime.user_errors import UserError, error_chain
 
@@ -156,7 +156,7 @@ def _run(run_dir: Path, checkpoint: str, sharded: bool, bases: Bases, command: s
         model = _run_adapter(run_dir, path, config)
     elif is_deepspeed_checkpoint(path) or path.suffix == ".safetensors":
         check_trusted(config.get("model"), run_dir / "config.yaml", root=MODEL_ROOT)
-        model = instantiate(config["model"], _recursive_=False)
+        model = instantiate(with_components(config["model"]), _recursive_=False)
         fix = f"consolidate the checkpoint again (crossmod consolidate checkpoint=<checkpoint dir> output={path})"
         state = zero_state_dict(path) if path.is_dir() else load_weights(path, fix)
         _restore_when_built(model, state, sharded)
@@ -176,7 +176,7 @@ def _run_adapter(run_dir: Path, folder: Path, config: dict[str, Any]) -> MemeCla
     if not isinstance(model_cfg.get("fusion"), dict):
         raise NothingToLoad(f"{run_dir / 'config.yaml'}: model.fusion is not an object; {folder} has no model to go onto")
     model_cfg["fusion"] = {**model_cfg["fusion"], "lora": None}  # the adapter comes from the folder
-    model: MemeClassifier = instantiate(model_cfg, _recursive_=False)
+    model: MemeClassifier = instantiate(with_components(model_cfg), _recursive_=False)
     model.configure_model()
     adapter_folder.load(model, folder, {"base_model": model_cfg["fusion"].get("name_or_path")})
     return model
@@ -273,7 +273,7 @@ def _culture(
     elif "heads" in model_cfg.get("fusion", {}):
         model_cfg["fusion"] = {**model_cfg["fusion"], "heads": card["heads"]}
     try:
-        model: MemeClassifier = instantiate(model_cfg, _recursive_=False)
+        model: MemeClassifier = instantiate(with_components(model_cfg), _recursive_=False)
         model.configure_model()
     except Exception as error:  # Transformers' OSError (not on the hub, offline, not a model folder), maybe wrapped by Hydra
         cause = next((e for e in error_chain(error) if isinstance(e, OSError)), None)

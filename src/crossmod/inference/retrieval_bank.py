@@ -1,7 +1,7 @@
 """Keeps the model's retrieval bank: the training memes' embeddings under the current weights, with their labels.
 
 RGCL refreshes it at the start of every training epoch (the paper and its public code rebuild the database once per
-epoch); retrieval classification (`model.classify=retrieval`) builds it before every validation, test and prediction,
+epoch); retrieval classification (`model/scoring=retrieval`) builds it before every validation, test and prediction,
 so memes are scored against neighbours embedded by the weights being scored. It reads the training memes only
 (`MemeDataModule.bank_dataloader`): a fold run's held-out fold, and its inner validation split, never enter it.
 The pass is a plain loop in eval mode without gradients: Lightning runs no loop inside another loop's epoch.

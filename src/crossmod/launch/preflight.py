@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from crossmod.runtime.user_errors import UserError, require
+from crossmod.runtime.user_errors import UserError, error_chain, require
 from crossmod.runtime.value_ranges import check_ranges
 
 Check = Callable[[DictConfig], None]
@@ -222,22 +222,38 @@ def existing(cfg: DictConfig, key: str, what: str, marker: str | None = None) ->
 
 
 def retrieval_settings(cfg: DictConfig) -> None:
-    """model.rgcl, model.classify and model.retrieval (RGCL and retrieval classification) hold values that can work."""
-    from crossmod.models.retrieval.settings import CLASSIFY, RetrievalSettings, RGCLSettings
+    """model.objective, model.scoring and model.retrieval (RGCL and retrieval classification) hold values that can work:
+    each component is built here, before any data or model is (the components are small: settings and a call)."""
+    from hydra.utils import instantiate
+
+    from crossmod.models.retrieval.settings import RetrievalSettings
 
     model = cfg.get("model") or {}
-    for key, check in (("rgcl", RGCLSettings.of), ("retrieval", RetrievalSettings.of)):
+    for old, key, group in (("rgcl", "objective", "rgcl"), ("classify", "scoring", "<head | retrieval>")):
+        if old in model:  # the flags the components replaced (issue 60); a run's config.yaml from then still loads
+            raise UserError(
+                f"model.{old} is no longer a setting: what it chose is the component model.{key}",
+                f"choose model/{key}={group} (configs/model/{key}/) and set its keys as model.{key}.<key>=…",
+                f"model.{old}",
+            )
+    retrieval = model.get("retrieval")
+    try:
+        RetrievalSettings.of(OmegaConf.to_container(retrieval) if retrieval is not None else None)
+    except (TypeError, ValueError) as error:
+        raise UserError(str(error), "see configs/experiment/hm_rgcl.yaml for model.retrieval's keys", "model.retrieval") from None
+    for key, group in (("objective", "cross_entropy | rgcl"), ("scoring", "head | retrieval")):
         node = model.get(key)
+        if node is None:
+            continue
         try:
-            check(OmegaConf.to_container(node) if node is not None else None)
-        except (TypeError, ValueError) as error:
-            raise UserError(str(error), f"see configs/experiment/hm_rgcl.yaml for model.{key}'s keys", f"model.{key}") from None
-    if model.get("classify", "head") not in CLASSIFY:
-        raise UserError(
-            f"model.classify={model.get('classify')} is not one of {list(CLASSIFY)}",
-            "pass model.classify=head or retrieval",
-            "model.classify",
-        )
+            instantiate(node)
+        except Exception as error:  # noqa: BLE001 - Hydra wraps the component's own ValueError/TypeError
+            cause = next((e for e in error_chain(error) if isinstance(e, (TypeError, ValueError))), error)
+            raise UserError(
+                f"model.{key} ({node.get('_target_')}): {str(cause).splitlines()[0]}",
+                f"choose model/{key}=<{group}> (configs/model/{key}/) and set its keys as model.{key}.<key>=…",
+                f"model.{key}",
+            ) from None
 
 
 MODEL_FOLDER_KEYS = ("name_or_path", "tokenizer", "processor", "image_processor")

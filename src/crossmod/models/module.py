@@ -27,10 +27,10 @@ from crossmod.data.heads import Head, parse_heads
 from crossmod.evaluation.metrics import HeadMetrics
 from crossmod.models.backbone import Backbone, checked_backbone
 from crossmod.models.heads import HeadLayers, masked_loss
-from crossmod.models.objectives import Objective, objective_from
+from crossmod.models.objectives import Objective
 from crossmod.models.retrieval.bank import Bank
 from crossmod.models.retrieval.settings import RetrievalSettings
-from crossmod.models.scoring_rules import RetrievalVote, ScoringRule, scoring_rule_from
+from crossmod.models.scoring_rules import RetrievalVote, ScoringRule
 from crossmod.models.sharding import partition_summary, tell_transformers, zero3_config
 from crossmod.models.trusted_targets import check_checkpoint
 
@@ -75,12 +75,30 @@ def layer_scales(names: list[str], decay: float | None) -> dict[str, float]:
     return {n: float(decay) ** (depth - layers[n] if n in layers else depth + 1) for n in encoder}
 
 
+OBJECTIVES = "crossmod.models.objectives"
+SCORING_RULES = "crossmod.models.scoring_rules"
+
+
+def with_components(hparams: Any) -> dict[str, Any]:
+    """Model settings written before the objective and the scoring rule were components (a run's config, a checkpoint's
+    hyperparameters, an export's model_config.json with `rgcl: {…}` and `classify: retrieval`), as the components they
+    chose: an older run loads as it trained and scored, never as the defaults."""
+    hparams = dict(hparams)
+    rgcl, classify = hparams.pop("rgcl", None), hparams.pop("classify", None)
+    if hparams.get("objective") is None:
+        hparams["objective"] = {"_target_": f"{OBJECTIVES}.RGCL", **rgcl} if rgcl else {"_target_": f"{OBJECTIVES}.CrossEntropy"}
+    if hparams.get("scoring") is None:
+        vote = {"_target_": f"{SCORING_RULES}.RetrievalVote", "settings": hparams.get("retrieval")}
+        hparams["scoring"] = vote if classify == "retrieval" else {"_target_": f"{SCORING_RULES}.HeadScores"}
+    return hparams
+
+
 class MemeClassifier(L.LightningModule):
     """Multi-head classifier over any feature backbone (text, image, fusion …).
 
-    Two behaviours are components built from the config and held, never switched on: the training `objective`
-    (`model.rgcl`: cross-entropy or RGCL, src/crossmod/models/objectives.py) and the `scoring` rule (`model.classify`:
-    the head layers or a retrieval vote, src/crossmod/models/scoring_rules.py). The backbone declares
+    Two behaviours are components given as `_target_` configs and held, never switched on: the training `objective`
+    (`model.objective`: cross-entropy or RGCL, src/crossmod/models/objectives.py) and the `scoring` rule
+    (`model.scoring`: the head layers or a retrieval vote, src/crossmod/models/scoring_rules.py). The backbone declares
     `crossmod.models.backbone.Backbone`.
     """
 
@@ -100,8 +118,8 @@ class MemeClassifier(L.LightningModule):
         name_or_path: str | None = None,
         prompt: dict[str, Any] | None = None,
         family: str | dict[str, Any] | None = None,
-        rgcl: dict[str, Any] | None = None,
-        classify: str = "head",
+        objective: dict[str, Any] | None = None,
+        scoring: dict[str, Any] | None = None,
         retrieval: dict[str, Any] | None = None,
         head_init: str = "random",
         layer_decay: float | None = None,
@@ -121,9 +139,12 @@ class MemeClassifier(L.LightningModule):
         self.losses = nn.ModuleDict({stage: MeanMetric(nan_strategy="disable") for stage in EVAL_STAGES})
         self.register_load_state_dict_pre_hook(rename_head_keys)
         self._after_build: Callable[[MemeClassifier], None] | None = None  # `when_built`
-        self.objective: Objective = objective_from(self.hparams.rgcl)
-        self.scoring: ScoringRule = scoring_rule_from(classify, self.hparams.retrieval)
-        self.retrieval_settings = RetrievalSettings.of(self.hparams.retrieval)  # what a retrieval export votes with
+        components = with_components({key: self.hparams[key] for key in ("objective", "scoring", "retrieval")})
+        self.hparams.update(objective=components["objective"], scoring=components["scoring"])  # a checkpoint names both
+        self.objective: Objective = instantiate(components["objective"])
+        self.scoring: ScoringRule = instantiate(components["scoring"])
+        # what a retrieval export votes with (checked under the head rule too: a head-scored run exports as one)
+        self.retrieval_settings = RetrievalSettings.of(self.hparams.retrieval)
         if self.uses_embedding and any(not head.is_binary for head in self.heads.values()):
             raise ValueError(
                 f"RGCL and retrieval classification need binary heads; {[n for n, h in self.heads.items() if not h.is_binary]} are not"
@@ -148,8 +169,8 @@ class MemeClassifier(L.LightningModule):
         may only name crossmod's own parts (src/crossmod/models/trusted_targets.py). Plain data only (weights_only)."""
         if kwargs.get("hparams_file") is not None:
             raise ValueError("hparams_file is not supported: a crossmod checkpoint carries its own (checked) hyperparameters")
-        check_checkpoint(checkpoint_path)
-        kwargs["weights_only"] = True
+        hparams = with_components(check_checkpoint(checkpoint_path))
+        kwargs = {"objective": hparams["objective"], "scoring": hparams["scoring"], **kwargs, "weights_only": True}
         return super().load_from_checkpoint(checkpoint_path, map_location=map_location, strict=strict, **kwargs)
 
     @classmethod
@@ -158,7 +179,7 @@ class MemeClassifier(L.LightningModule):
         before the weights go in. The checkpoint is checked and read as plain data, as `load_from_checkpoint` does."""
         check_checkpoint(checkpoint_path)
         checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-        return cls(**checkpoint["hyper_parameters"]), checkpoint["state_dict"]
+        return cls(**with_components(checkpoint["hyper_parameters"])), checkpoint["state_dict"]
 
     def configure_model(self) -> None:
         """Build encoders, fusion and heads once (Lightning calls this inside the strategy's init context)."""

@@ -1,8 +1,10 @@
-"""What training minimises: a component the classifier is given, built from `model.rgcl`.
+"""What training minimises: a component the classifier is given, `model.objective` (a `_target_` config).
 
-`CrossEntropy` (every head's masked loss, averaged) unless the config gives `model.rgcl`; then `RGCL`, the joint
-(1 − w)·cross-entropy + w·RGCL of Mei et al. (ACL 2024), mined from the retrieval bank of training memes. The classifier
-calls `objective(model, batch)` and logs what it returns; it never asks which objective it holds.
+`CrossEntropy` (every head's masked loss, averaged: configs/model/objective/cross_entropy.yaml, every model's default)
+or `RGCL`, the joint (1 − w)·cross-entropy + w·RGCL of Mei et al. (ACL 2024), mined from the retrieval bank of training
+memes (`model/objective=rgcl`). The classifier calls `objective(model, batch)` and logs what it returns; it never asks
+which objective it holds. Another objective is a class here with the same call, listed in
+src/crossmod/models/trusted_targets.py, and a config beside the two.
 """
 
 from __future__ import annotations
@@ -42,13 +44,21 @@ class CrossEntropy:
         return {"train/loss": model.heads_loss(model.head_logits(batch), batch["labels"])}
 
 
-@dataclass(frozen=True)
 class RGCL:
-    """(1 − w)·cross-entropy + w·RGCL, both from one forward (RGCL's joint loss); `settings` are `model.rgcl`'s."""
+    """(1 − w)·cross-entropy + w·RGCL, both from one forward (RGCL's joint loss); the settings are checked as built
+    (src/crossmod/models/retrieval/settings.py)."""
 
-    settings: RGCLSettings
-    needs_bank: bool = True
-    needs_embedding: bool = True
+    needs_bank = True
+    needs_embedding = True
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = RGCLSettings.of(settings) or RGCLSettings()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RGCL) and other.settings == self.settings
+
+    def __repr__(self) -> str:
+        return f"RGCL({self.settings})"
 
     def __call__(self, model: MemeClassifier, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         features, s = model.embed(batch), self.settings
@@ -56,9 +66,3 @@ class RGCL:
         contrast = rgcl_objective(features, batch["labels"], batch["ids"], model.bank(), s.loss, s.temperature, s.margin, s.depth)
         loss = (1 - s.weight) * cross_entropy + s.weight * contrast
         return {"train/loss": loss, "train/cross_entropy": cross_entropy, "train/rgcl": contrast}
-
-
-def objective_from(rgcl: dict[str, Any] | None) -> Objective:
-    """The objective `model.rgcl` asks for: RGCL with its settings (checked), or cross-entropy when it is absent."""
-    settings = RGCLSettings.of(rgcl)
-    return CrossEntropy() if settings is None else RGCL(settings)

@@ -1,20 +1,21 @@
-"""How evaluation and prediction score a meme: a component the classifier is given, built from `model.classify`.
+"""How evaluation and prediction score a meme: a component the classifier is given, `model.scoring` (a `_target_` config).
 
-`HeadScores`: the head layers' logits (the default). `RetrievalVote`: the k nearest labelled memes of a bank vote
-(RGCL's retrieval classifier, `model.classify=retrieval` with `model.retrieval`'s k and weighting; an exported retrieval
-adapter's database). The classifier's forward, metrics and predict step go through the rule it holds; only the head
+`HeadScores`: the head layers' logits (configs/model/scoring/head.yaml, every model's default). `RetrievalVote`: the k
+nearest labelled memes of a bank vote (RGCL's retrieval classifier, `model/scoring=retrieval`, with `model.retrieval`'s
+k and weighting; an exported retrieval adapter's database). The classifier's forward, metrics and predict step go through the rule it holds; only the head
 layers train, whatever the rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from crossmod.models.retrieval.bank import explain, nearest, retrieval_logits, votes
-from crossmod.models.retrieval.settings import CLASSIFY, RetrievalSettings
+from crossmod.models.retrieval.settings import RetrievalSettings
 
 if TYPE_CHECKING:
     from crossmod.data.heads import Head
@@ -60,14 +61,21 @@ class HeadScores:
         return {"index": batch["index"], "probabilities": _probabilities(model, model(batch))}
 
 
-@dataclass(frozen=True)
 class RetrievalVote:
-    """The k nearest memes of the model's bank vote, weighted by rank or evenly (`mean`) (`settings`); a prediction also
-    names the neighbours that voted."""
+    """The k nearest memes of the model's bank vote, weighted by rank or evenly (`mean`) (`settings`: `model.retrieval`'s,
+    checked as built); a prediction also names the neighbours that voted."""
 
-    settings: RetrievalSettings
-    name: str = "retrieval"
-    needs_bank: bool = True
+    name = "retrieval"
+    needs_bank = True
+
+    def __init__(self, settings: RetrievalSettings | Mapping[str, Any] | None = None) -> None:
+        self.settings = settings if isinstance(settings, RetrievalSettings) else RetrievalSettings.of(dict(settings or {}))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RetrievalVote) and other.settings == self.settings
+
+    def __repr__(self) -> str:
+        return f"RetrievalVote({self.settings})"
 
     def logits(self, model: Any, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         return retrieval_logits(model.embed(batch), batch["ids"], model.bank(), self.settings.k, self.settings.weighting)
@@ -77,12 +85,3 @@ class RetrievalVote:
         found = nearest(model.embed(batch), batch["ids"], bank, self.settings.k)  # one search: the vote and its explanation
         probabilities = _probabilities(model, votes(found, bank, self.settings.weighting))
         return {"index": batch["index"], "probabilities": probabilities, "neighbours": explain(found, bank)}
-
-
-def scoring_rule_from(classify: str, retrieval: dict[str, Any] | None) -> ScoringRule:
-    """The rule `model.classify` names (`head` or `retrieval`), with `model.retrieval`'s settings (checked either way:
-    a head-scored run still exports as a retrieval adapter with them)."""
-    if classify not in CLASSIFY:
-        raise ValueError(f"model.classify must be one of {CLASSIFY}, got {classify!r}")
-    settings = RetrievalSettings.of(retrieval)
-    return HeadScores() if classify == "head" else RetrievalVote(settings)

@@ -40,6 +40,11 @@ TRUSTED_TARGETS = frozenset(
         "crossmod.models.preprocess.MemePreprocessor",
         "crossmod.models.vlm.preprocess.VLMPreprocessor",
         "crossmod.models.vlm.tag_preprocess.TagPreprocessor",
+        # what training minimises and how a meme is scored (configs/model/objective, configs/model/scoring)
+        "crossmod.models.objectives.CrossEntropy",
+        "crossmod.models.objectives.RGCL",
+        "crossmod.models.scoring_rules.HeadScores",
+        "crossmod.models.scoring_rules.RetrievalVote",
         # optimizers and learning-rate schedules
         "torch.optim.AdamW",
         "torch.optim.Adam",
@@ -124,8 +129,8 @@ def check_trusted(config: Any, source: str | Path, root: str | None = None, targ
             )
 
 
-def check_checkpoint(path: str | Path) -> None:
-    """A Lightning checkpoint's hyperparameters are checked before Lightning builds a model from them.
+def check_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A Lightning checkpoint's hyperparameters, checked before Lightning builds a model from them.
 
     The file is read as plain data (`weights_only=True`, memory-mapped, so tensors are not read).
     """
@@ -139,3 +144,5 @@ def check_checkpoint(path: str | Path) -> None:
     for key in CHECKPOINT_HPARAM_KEYS:
         if key in checkpoint:
             check_trusted(checkpoint[key], f"{path} [{key}]")
+    hparams = checkpoint.get(CHECKPOINT_HPARAM_KEYS[0])
+    return dict(hparams) if isinstance(hparams, Mapping) else {}

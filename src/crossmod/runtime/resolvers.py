@@ -72,15 +72,18 @@ def run_name(*, _root_) -> str:
 
 # What changes the meaning of a run's numbers without changing its data or model group: each becomes a part of the
 # run's label (`<name>-<part>…`), so run folders, W&B groups, metrics.json, cv_report and Table 11 say what ran.
+COMPONENT_LABELS = {"HeadScores": None, "CrossEntropy": None, "RetrievalVote": "retrieval", "RGCL": "rgcl"}  # defaults: no part
+
+
 def run_variants(cfg: Any, overrides: list[str]) -> list[str]:
-    """The label parts of a composed config: the scoring mode (`retrieval`), `rgcl`, an ablation (`no_image`) and,
-    when an override changed `data.heads`, the heads kept (`heads_US_DE`)."""
+    """The label parts of a composed config: a scoring rule and an objective other than the defaults (`retrieval`,
+    `rgcl`), an ablation (`no_image`) and, when an override changed `data.heads`, the heads kept (`heads_US_DE`)."""
     parts = []
-    classify = OmegaConf.select(cfg, "model.classify", default=None)
-    if classify not in (None, "head"):
-        parts.append(str(classify))
-    if OmegaConf.select(cfg, "model.rgcl", default=None) is not None:
-        parts.append("rgcl")
+    for key in ("model.scoring", "model.objective"):
+        target = OmegaConf.select(cfg, f"{key}._target_", default=None)
+        part = COMPONENT_LABELS.get(str(target).rsplit(".", 1)[-1], str(target).rsplit(".", 1)[-1].lower()) if target else None
+        if part:
+            parts.append(part)
     ablate = OmegaConf.select(cfg, "data.ablate", default=None)
     if ablate not in (None, ""):
         parts.append(f"no_{ablate}")

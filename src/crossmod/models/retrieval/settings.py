@@ -1,4 +1,4 @@
-"""`model.rgcl` and `model.retrieval`: the knobs of RGCL training and retrieval classification, checked once."""
+"""`model.objective` (RGCL's) and `model.retrieval`: the knobs of RGCL training and retrieval classification, checked once."""
 
 from __future__ import annotations
 
@@ -7,9 +7,6 @@ from typing import Any
 
 from crossmod.models.retrieval.knn_vote import WEIGHTINGS
 from crossmod.models.retrieval.rgcl_loss import LOSSES
-
-CLASSIFY = ("head", "retrieval")
-
 
 @dataclass(frozen=True)
 class RGCLSettings:
@@ -29,14 +26,14 @@ class RGCLSettings:
             return None
         unknown = set(config) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"model.rgcl has no {sorted(unknown)} (it takes {sorted(cls.__dataclass_fields__)})")
+            raise ValueError(f"model.objective (RGCL) has no {sorted(unknown)} (it takes {sorted(cls.__dataclass_fields__)})")
         settings = cls(**config)
         if not 0.0 < settings.weight <= 1.0:
-            raise ValueError(f"model.rgcl.weight must be in (0, 1], got {settings.weight}")
+            raise ValueError(f"model.objective.weight must be in (0, 1], got {settings.weight}")
         if settings.loss not in LOSSES:
-            raise ValueError(f"model.rgcl.loss must be one of {LOSSES}, got {settings.loss!r}")
+            raise ValueError(f"model.objective.loss must be one of {LOSSES}, got {settings.loss!r}")
         if settings.temperature <= 0 or (settings.depth is not None and settings.depth < 1):
-            raise ValueError("model.rgcl.temperature must be > 0 and model.rgcl.depth null or ≥ 1")
+            raise ValueError("model.objective.temperature must be > 0 and model.objective.depth null or ≥ 1")
         return settings
 
 
