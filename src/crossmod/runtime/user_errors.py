@@ -10,8 +10,9 @@ Other exceptions pass through untouched: they are bugs or library failures, and 
 Jobs with a run directory (train.yaml's `hydra: default`) run the check from the Hydra callback `CheckFirst`
 in `on_run_start`, before Hydra creates the run directory, its `.hydra/` files and the job log, so a refused
 run leaves nothing behind. A job refused after Hydra created its directory (each job of a `-m` sweep is
-checked when it starts) has the directories the run or sweep created removed, when they hold nothing but
-Hydra's own files; a directory that was there before, or holds anything else, is never touched.
+checked when it starts) has the directories the run or sweep created removed by the callback when the job ends,
+when they hold nothing but Hydra's own files; a directory that was there before, or holds anything else, is never
+touched. Nothing is kept between the two but the check on the main (`main.check`) and the callback's own record.
 """
 
 from __future__ import annotations
@@ -105,13 +106,7 @@ def require(cfg: DictConfig, keys: Iterable[str] | None = None) -> None:
 
 
 # ------------------------------------------------------------------------------------------ the wrapper
-class _State:
-    """What the callback found out before Hydra built anything, for the wrapped main of the same process."""
-
-    check: Callable[[DictConfig], None] | None = None
-    checked = False  # the callback ran `check` (run mode): the main does not run it again
-    created: Path | None = None  # the topmost directory the run or sweep creates (it did not exist before)
-    job_name: str | None = None
+CALLBACK = "crossmod.runtime.user_errors.CheckFirst"
 
 
 def program() -> str:
@@ -202,32 +197,50 @@ def build_refusal(error: BaseException, cfg: Any = None) -> UserError | None:
 
 
 def entry_point(check: Callable[[DictConfig], None] | None = None) -> Callable[[F], F]:
-    """Decorate an entry point's main (under `@hydra.main`, or a plain `main(argv)`): `check(cfg)` runs
-    first (unless `CheckFirst` ran it before Hydra created the run directory), and a `UserError` from it or
-    from the job is the one message, with what the refused job created removed."""
+    """Decorate an entry point's main (under `@hydra.main`, or a plain `main(argv)`): `check(cfg)` runs first, and a
+    `UserError` from it or from the job is the one message. Under Hydra the `CheckFirst` callback has run the check
+    already, before the run directory existed, and it reports a refusal raised here (removing what the refused job
+    created); without it, the refusal is printed here. The check is kept on the main (`main.check`) for the callback."""
 
     def wrap(main: F) -> F:
-        _State.check = check
-
         @functools.wraps(main)
         def job(*args: Any, **kwargs: Any) -> Any:
+            callback = _callback()
+            reported = callback is not None
             try:
-                if check is not None and not _State.checked:
-                    check(args[0])
+                if check is not None and not (callback is not None and callback.ran(check)):
+                    check(args[0])  # a sweep's jobs, and mains run without the callback, are checked here
                 return main(*args, **kwargs)
             except UserError as error:
-                remove_created()
+                if reported:
+                    raise
                 refuse(error)
             except Exception as error:  # noqa: BLE001 - a refusal wrapped by Hydra's instantiate is still a refusal
                 refusal = wrapped_refusal(error) or build_refusal(error, args[0] if args else None)
                 if refusal is None:
                     raise
-                remove_created()
+                if reported:
+                    raise refusal from error
                 refuse(refusal)
 
+        job.check = check  # type: ignore[attr-defined]  # what CheckFirst runs before Hydra creates the run directory
         return job  # type: ignore[return-value]
 
     return wrap
+
+
+def _callback() -> CheckFirst | None:
+    """The `CheckFirst` this job runs under (configs/hydra/default.yaml), as Hydra built it from the job's config, or
+    None outside Hydra or without it. It reports the job's refusal when the job ends."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    callbacks = OmegaConf.select(HydraConfig.get(), "callbacks", default=None) or {}
+    for node in callbacks.values():
+        if OmegaConf.select(node, "_target_", default=None) == CALLBACK:
+            return CheckFirst(**{k: v for k, v in node.items() if not str(k).startswith("_")})
+    return None
 
 
 # ------------------------------------------------------------------------------------------ Hydra callback
@@ -241,7 +254,7 @@ def _first_missing(directory: Any) -> Path | None:
     return path
 
 
-def _only_hydra_files(directory: Path) -> bool:
+def _only_hydra_files(directory: Path, job_name: str | None) -> bool:
     """Whether `directory` holds nothing but what Hydra writes: `.hydra/{config,hydra,overrides}.yaml`, the job's log."""
     for folder, dirs, files in os.walk(directory):
         here = Path(folder)
@@ -249,23 +262,22 @@ def _only_hydra_files(directory: Path) -> bool:
             return False
         for name in files:
             hydra_file = here.name == ".hydra" and name in HYDRA_FILES
-            if not (hydra_file or (here == directory and name == f"{_State.job_name}.log")):
+            if not (hydra_file or (here == directory and name == f"{job_name}.log")):
                 return False
     return True
 
 
-def remove_created() -> None:
+def remove_created(created: Path | None, job_name: str | None) -> None:
     """Remove the refused job's own directory when it holds Hydra's files only, then the directories above it
-    that this run or sweep created and that are left empty (a sweep's `multirun.yaml` aside)."""
+    that this run or sweep created (`created`, the topmost) and that are left empty (a sweep's `multirun.yaml` aside)."""
     from hydra.core.hydra_config import HydraConfig
 
-    created, _State.created = _State.created, None
     if created is None or not HydraConfig.initialized():
         return
     output = Path(HydraConfig.get().runtime.output_dir).absolute()
     if not (output == created or created in output.parents) or not output.is_dir() or output.is_symlink():
         return
-    if not _only_hydra_files(output):
+    if not _only_hydra_files(output, job_name):
         return
     shutil.rmtree(output)
     folder = output.parent
@@ -302,20 +314,40 @@ def planted_links(run_dir: Path) -> None:
 
 
 class CheckFirst(Callback):
-    """Hydra callback (configs/hydra/default.yaml): runs the entry point's check in `on_run_start`, before
-    Hydra creates the run directory; notes which directories a run or sweep creates, so a job refused
-    later removes them (`remove_created`) when they hold only Hydra's files."""
+    """Hydra callback (configs/hydra/default.yaml): runs the entry point's check in `on_run_start`, before Hydra
+    creates the run directory; notes which directories a run or sweep creates, and when a job ends refused (a
+    `UserError` from the job), removes them when they hold only Hydra's files and prints the one message.
+
+    The check is the one the running job's main carries (`entry_point`): the main of `<recipes>.<job name>`, Hydra's
+    job name being its recipe module's (`crossmod train` and train.py run `crossmod.recipes.train`). What a run
+    creates is this callback's own: Hydra hands every hook of a run or sweep to the same instance."""
+
+    def __init__(self, recipes: str = "crossmod.recipes") -> None:
+        self.recipes = recipes
+        self.created: Path | None = None  # the topmost directory the run or sweep creates (it did not exist before)
+
+    def check_of(self, job_name: str) -> Callable[[DictConfig], None] | None:
+        """The check of the job's main, which is imported by now (it is what Hydra is running)."""
+        module = sys.modules.get(f"{self.recipes}.{job_name}")
+        return getattr(getattr(module, "main", None), "check", None)
+
+    def ran(self, check: Callable[[DictConfig], None]) -> bool:
+        """Whether this run's `on_run_start` ran `check` already (a single run, not a sweep's job, of this main)."""
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra = HydraConfig.get()
+        return hydra.mode == RunMode.RUN and self.check_of(hydra.job.name) is check
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        _State.job_name = config.hydra.job.name
-        if _State.check is not None:
+        check = self.check_of(config.hydra.job.name)
+        if check is not None:
             try:
-                _State.check(config)
+                check(config)
             except UserError as error:
                 refuse(error, reraise=False)  # before Hydra creates the run directory
-            _State.checked = True
-        _State.created = self._would_create(config, "hydra.run.dir")
-        if _State.created is None and OmegaConf.select(config, "hydra.output_subdir") is not None:
+        self.created = self._would_create(config, "hydra.run.dir")
+        if self.created is None and OmegaConf.select(config, "hydra.output_subdir") is not None:
             # a run folder that exists (a resumed run) gets Hydra's files and the run's: none through a planted link.
             # Jobs without run folders (evaluate, prepare: output_subdir null, run dir the working directory) skip it.
             try:
@@ -330,8 +362,18 @@ class CheckFirst(Callback):
                 refuse(error, reraise=False)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        _State.job_name = config.hydra.job.name
-        _State.created = self._would_create(config, "hydra.sweep.dir")
+        self.created = self._would_create(config, "hydra.sweep.dir")
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        """A job refused (its `UserError`) leaves only what was there before, and its message: one line, exit status 1
+        (`HYDRA_FULL_ERROR=1`: Hydra raises it, traceback and all)."""
+        error = getattr(job_return, "_return_value", None)
+        if not isinstance(error, UserError):
+            return
+        remove_created(self.created, config.hydra.job.name)
+        self.created = None
+        if os.environ.get("HYDRA_FULL_ERROR") != "1":
+            refuse(error)
 
     @staticmethod
     def _would_create(config: DictConfig, key: str) -> Path | None:
