@@ -287,7 +287,7 @@ def test_a_lora_adapter_is_scored_the_same_way(runs, tmp_path, data_dir, tiny_qw
         f"memebridge.adapter={adapter}",
     ]
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+        cfg = compose("prompting", overrides=overrides)
     ps = run(cfg)
     summary = json.loads((tmp_path / "run" / "memebridge" / "summary.json").read_text())
     assert summary["adapter"] == str(adapter) and summary["ps"]["value"] == pytest.approx(ps)

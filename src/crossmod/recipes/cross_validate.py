@@ -91,7 +91,7 @@ def found(results: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def zeroshot_command(overrides: list[str], experiment: str, run_dir: Path) -> list[str]:
-    # `+zeroshot.…` (a key train.yaml lacks) is a plain override for the zero-shot experiment, which has it
+    # `+zeroshot.…` (a key train.yaml lacks) is a plain override for the zero-shot experiment (prompting.yaml), which has it
     kept = [o.removeprefix("+") if o.startswith("+zeroshot.") else o for o in overrides if o.lstrip("+~").startswith(FOR_ZEROSHOT)]
     return [*JOB, "zeroshot", f"experiment={experiment}", *kept, f"hydra.run.dir={run_dir}"]
 

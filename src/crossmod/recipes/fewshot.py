@@ -11,7 +11,7 @@ from crossmod.runtime.resolvers import package_configs
 from crossmod.runtime.user_errors import entry_point
 
 
-@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
+@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="prompting")
 @entry_point(prompting("crossmod fewshot", "fewshot", "toxictags_fewshot"))
 def main(cfg: DictConfig) -> None:
     from crossmod.prompting.fewshot import run

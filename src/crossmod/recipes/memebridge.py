@@ -11,7 +11,7 @@ from crossmod.runtime.resolvers import package_configs
 from crossmod.runtime.user_errors import entry_point
 
 
-@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
+@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="prompting")
 @entry_point(prompting("crossmod memebridge", "memebridge", "memebridge_prompting"))
 def main(cfg: DictConfig) -> float:
     from crossmod.prompting.memebridge import run

@@ -13,7 +13,7 @@ from crossmod.runtime.resolvers import package_configs
 from crossmod.runtime.user_errors import entry_point
 
 
-@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="train")
+@hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="prompting")
 @entry_point(preflight.prompting("crossmod zeroshot", "zeroshot", "qwen_zeroshot"))
 def main(cfg: DictConfig) -> float:
     from crossmod.prompting.zeroshot import run
