@@ -78,7 +78,8 @@ def test_manifest_holds_the_compact_numbers_and_the_markdown_shows_them(prepared
 def test_raw_rows_not_used_are_counted_with_reason_and_line(tmp_path):
     raw = layouts.multi3hate(tmp_path / "raw")  # 6 memes × 5 languages × 3 votes: lines 2–91
     with (raw / "raw_annotations.csv").open("a", encoding="utf-8") as file:
-        file.write("en,user9,10,maybe\nen,user0,10,1\nfr,user9,10,1\n")  # lines 92, 93, 94
+        blank = "," * 7  # the annotator's seven attributes, left empty
+        file.write(f"en,en-user9,10{blank},maybe\nen,en-user0,10{blank},1.0\nfr,en-user9,10{blank},1.0\n")  # lines 92, 93, 94
     source = Multi3HateSource(raw, cultures=["US", "DE"])
     stats = source.summary()["raw_annotations"]
     assert stats["unparsed_reasons"] == {

@@ -68,6 +68,16 @@ def hateful_memes(root: Path, train: int = 6, dev: int = 2, test: int = 2, test_
 M3H_TEMPLATES = ["Success-Kid", "Condescending-Wonka", "Bad-Luck-Brian"]
 
 
+M3H_RAW_COLUMNS = ["dataset_language", "User ID", "Meme ID", "Education", "Politcal Party", "Nationality", "Age", "Sex"]
+M3H_RAW_COLUMNS += ["Ethnicity simplified", "Country of birth", "hatespeech"]
+# Education, Politcal Party, Nationality, Age, Sex, Ethnicity simplified, Country of birth of annotators 0, 1, 2 …
+M3H_ANNOTATOR = [
+    ["Bachelor", "Independent", "United States", "34", "Female", "White", "United States"],
+    ["High school", "Democrat", "United States", "27", "Male", "Black", "United States"],
+    ["Master", "", "United States", "45", "Female", "Asian", "India"],
+]
+
+
 def multi3hate(
     root: Path,
     memes: int = 6,
@@ -100,10 +110,12 @@ def multi3hate(
         )
     if raw:
         if votes is None:
-            rows = [[lang, f"user{u}", i, (i + u) % 2] for i in ids for lang in languages for u in range(3)]
+            cast = [(lang, u, i, (i + u) % 2) for i in ids for lang in languages for u in range(3)]
         else:
-            rows = [[lang, f"user{u}", i, v] for k, i in enumerate(ids) for lang, cast in votes[k].items() for u, v in enumerate(cast)]
-        write_csv(root / "raw_annotations.csv", ["dataset_language", "User ID", "Meme ID", "hatespeech"], rows)
+            cast = [(lang, u, i, v) for k, i in enumerate(ids) for lang, given in votes[k].items() for u, v in enumerate(given)]
+        # the release's columns, its misspelt "Politcal Party" and its float votes (1.0 / 0.0) included
+        rows = [[lang, f"{lang}-user{u}", i, *M3H_ANNOTATOR[u % len(M3H_ANNOTATOR)], f"{float(v):.1f}"] for lang, u, i, v in cast]
+        write_csv(root / "raw_annotations.csv", M3H_RAW_COLUMNS, rows)
     return root
 
 

@@ -63,7 +63,7 @@ class Multi3HateSource(RawSource):
     """Converts Multi3Hate's captions, images and final (majority-vote) annotations."""
 
     name = "multi3hate"
-    version = 1
+    version = 2  # 2: each sample carries its culture heads' vote counts (meta.head_votes)
 
     def __init__(
         self,
@@ -212,6 +212,7 @@ class Multi3HateSource(RawSource):
         if problem:
             return self.error(path, f"meme id {meme_id}: {problem}", line)
         votes = self.raw_votes["votes"].get(meme_id)
+        head_votes = {culture: list(counts) for culture, counts in self.raw_votes["by_culture"].get(meme_id, {}).items()}
         return Sample(
             id=f"multi3hate/{meme_id}/{lang}",
             group=f"multi3hate/{meme_id}",
@@ -227,6 +228,8 @@ class Multi3HateSource(RawSource):
                 "original_en": original or None,
                 "image_file": self.rel(image_path),
                 **({"votes": votes} if votes else {}),
+                # per culture head: [hate votes, votes] of its annotator pool (what soft_votes trains on, soft metrics score)
+                **({"head_votes": head_votes} if head_votes else {}),
             },
         )
 
