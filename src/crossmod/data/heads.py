@@ -78,3 +78,20 @@ def label_mask(target: torch.Tensor) -> torch.Tensor:
 def label_tensors(features: list[dict[str, Any]], heads: dict[str, Head]) -> dict[str, torch.Tensor]:
     """A batch's labels: one tensor per head (`Head.labels`: -1 where the head was not annotated)."""
     return {name: head.labels([f["labels"].get(name) for f in features]) for name, head in heads.items()}
+
+
+def head_votes(sample: Mapping[str, Any]) -> dict[str, list[int]]:
+    """A sample's annotator votes per head, `{head: [hate votes, votes]}`, where its source gives them
+    (`meta.head_votes`: Multi3Hate's raw annotations, each culture's own annotator pool); empty otherwise."""
+    return dict((sample.get("meta") or {}).get("head_votes") or {})
+
+
+def vote_shares(features: list[dict[str, Any]], heads: dict[str, Head]) -> dict[str, torch.Tensor]:
+    """A batch's vote shares per binary head (hate votes / votes of the head's annotators), NaN where a meme has none:
+    what `soft_votes` trains on and the soft metrics score (src/crossmod/evaluation/soft_labels.py)."""
+    shares = {}
+    for name, head in heads.items():
+        if head.is_binary:
+            counts = [f.get("votes", {}).get(name) or (0, 0) for f in features]
+            shares[name] = torch.tensor([hate / total if total else float("nan") for hate, total in counts], dtype=torch.float32)
+    return shares

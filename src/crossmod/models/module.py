@@ -145,6 +145,10 @@ class MemeClassifier(L.LightningModule):
         self.scoring: ScoringRule = instantiate(components["scoring"])
         # what a retrieval export votes with (checked under the head rule too: a head-scored run exports as one)
         self.retrieval_settings = RetrievalSettings.of(self.hparams.retrieval)
+        if self.objective.needs_votes and any(not head.is_binary for head in self.heads.values()):
+            raise ValueError(
+                f"soft_votes trains binary heads on vote shares; {[n for n, h in self.heads.items() if not h.is_binary]} are not"
+            )
         if self.uses_embedding and any(not head.is_binary for head in self.heads.values()):
             raise ValueError(
                 f"RGCL and retrieval classification need binary heads; {[n for n, h in self.heads.items() if not h.is_binary]} are not"

@@ -1,8 +1,10 @@
 """What training minimises: a component the classifier is given, `model.objective` (a `_target_` config).
 
-`CrossEntropy` (every head's masked loss, averaged: configs/model/objective/cross_entropy.yaml, every model's default)
-or `RGCL`, the joint (1 − w)·cross-entropy + w·RGCL of Mei et al. (ACL 2024), mined from the retrieval bank of training
-memes (`model/objective=rgcl`). The classifier calls `objective(model, batch)` and logs what it returns; it never asks
+`CrossEntropy` (every head's masked loss on its majority labels, averaged: configs/model/objective/cross_entropy.yaml,
+every model's default); `RGCL`, the joint (1 − w)·cross-entropy + w·RGCL of Mei et al. (ACL 2024), mined from the
+retrieval bank of training memes (`model/objective=rgcl`); or `SoftVotes`, each culture's head trained on its annotators'
+vote share instead of their majority (`model/objective=soft_votes`; soft-label training as in the LeWiDi shared tasks,
+Uma et al., JAIR 2021). The classifier calls `objective(model, batch)` and logs what it returns; it never asks
 which objective it holds. Another objective is a class here with the same call, listed in
 src/crossmod/models/trusted_targets.py, and a config beside the two.
 """
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+import torch.nn.functional as F
 
 from crossmod.models.retrieval.bank import rgcl_objective
 from crossmod.models.retrieval.settings import RGCLSettings
@@ -23,10 +26,12 @@ if TYPE_CHECKING:
 
 class Objective(Protocol):
     """`needs_bank`: it reads the training memes' bank, rebuilt at every training epoch's start (the bank callback);
-    `needs_embedding`: it trains the meme embedding itself, so the backbone must return one (not logits per modality)."""
+    `needs_embedding`: it trains the meme embedding itself, so the backbone must return one (not logits per modality);
+    `needs_votes`: it trains on the annotators' votes, so the training memes must come with them."""
 
     needs_bank: bool
     needs_embedding: bool
+    needs_votes: bool
 
     def __call__(self, model: MemeClassifier, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """The step's logged losses by name; `train/loss` is what is minimised."""
@@ -39,9 +44,31 @@ class CrossEntropy:
 
     needs_bank: bool = False
     needs_embedding: bool = False
+    needs_votes: bool = False
 
     def __call__(self, model: MemeClassifier, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         return {"train/loss": model.heads_loss(model.head_logits(batch), batch["labels"])}
+
+
+@dataclass(frozen=True)
+class SoftVotes:
+    """Each binary head's cross-entropy against its culture's vote share (hate votes / votes of that culture's
+    annotators), on the memes that culture voted on; averaged over the heads. A meme without the culture's votes adds
+    nothing to its head (masked, as a missing label is), and no host sync is made to find out which."""
+
+    needs_bank: bool = False
+    needs_embedding: bool = False
+    needs_votes: bool = True
+
+    def __call__(self, model: MemeClassifier, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        logits, shares = model.head_logits(batch), batch["vote_shares"]
+        losses = []
+        for name in shares:
+            voted = ~torch.isnan(shares[name])
+            target = torch.where(voted, shares[name], torch.zeros_like(shares[name]))
+            per_meme = F.binary_cross_entropy_with_logits(logits[name].float(), target, reduction="none")
+            losses.append((per_meme * voted).sum() / voted.sum().clamp(min=1))
+        return {"train/loss": torch.stack(losses).mean()}
 
 
 class RGCL:
@@ -50,6 +77,7 @@ class RGCL:
 
     needs_bank = True
     needs_embedding = True
+    needs_votes = False
 
     def __init__(self, **settings: Any) -> None:
         self.settings = RGCLSettings.of(settings) or RGCLSettings()

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from transformers import AutoImageProcessor, AutoTokenizer
 
-from crossmod.data.heads import HeadSpecs, label_tensors, parse_heads
+from crossmod.data.heads import HeadSpecs, head_votes, label_tensors, parse_heads, vote_shares
 from crossmod.models.model_folders import refuse_shipped_code
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class MemePreprocessor:
             raise ValueError(f"sample {sample.get('id')}: image cannot be decoded ({error})") from error
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        features: dict[str, Any] = {"id": sample["id"], "labels": sample["labels"]}
+        features: dict[str, Any] = {"id": sample["id"], "labels": sample["labels"], "votes": head_votes(sample)}
         if self.tokenizer is not None:
             features["text"] = sample["text"]
         if self.pixels is not None:
@@ -117,4 +117,5 @@ class MemePreprocessor:
         if self.pixels is not None:
             batch["pixel_values"] = self.pixels.batch([f["pixel_values"] for f in features])
         batch["labels"] = label_tensors(features, self.heads)
+        batch["vote_shares"] = vote_shares(features, self.heads)
         return batch

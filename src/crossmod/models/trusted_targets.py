@@ -43,6 +43,7 @@ TRUSTED_TARGETS = frozenset(
         # what training minimises and how a meme is scored (configs/model/objective, configs/model/scoring)
         "crossmod.models.objectives.CrossEntropy",
         "crossmod.models.objectives.RGCL",
+        "crossmod.models.objectives.SoftVotes",
         "crossmod.models.scoring_rules.HeadScores",
         "crossmod.models.scoring_rules.RetrievalVote",
         # optimizers and learning-rate schedules

@@ -14,7 +14,7 @@ from crossmod.evaluation.metrics import METRIC_LABELS, METRICS, REFERENCE_METRIC
 
 
 def _fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+    return "—" if value is None or value != value else f"{value:.3f}"  # None or NaN: not defined
 
 
 def culture_table(metrics: dict[str, Any], title: str) -> Table:
@@ -200,6 +200,41 @@ def abstention_table(abstention: dict[str, Any], title: str) -> Table:
         cells = [_fmt(row[name]) for name in ("aurc", "aurc_random", "aurc_oracle", "risk_at_80_coverage")]
         table.add_row(head, *cells, style="bold" if head == "mean" else None)
     return table
+
+
+def votes_table(votes: dict[str, Any], title: str) -> Table:
+    """Per culture: the held-out memes with its votes, and the run's cross-entropy against the vote share and
+    Jensen–Shannon divergence beside the constant baseline's (lower is better), and Pearson's r of p with the share."""
+    table = Table(title=title)
+    table.add_column("head", justify="left")
+    for column in ("memes\nwith votes", "cross-entropy\nrun / constant", "JSD\nrun / constant", "r(p, vote\nshare)"):
+        table.add_column(column, justify="right")
+    for head, row in votes["heads"].items():
+        model, constant = row["model"], row["constant"]
+        cells = [str(model["memes"]), *(f"{_fmt(model[k])} / {_fmt(constant[k])}" for k in ("cross_entropy", "jsd")), _fmt(model["pearson"])]
+        table.add_row(head, *cells)
+    return table
+
+
+def print_votes(metrics: dict[str, Any]) -> None:
+    """Against the annotators' votes, where the held-out memes carry them: the soft metrics table, the cultures'
+    disagreement predicted against the annotated, and the rule."""
+    votes = metrics.get("votes")
+    if not votes:
+        return
+    console = Console(record=True)
+    console.print(votes_table(votes, "Against the annotators' votes on the test memes (lower cross-entropy and JSD: closer)"))
+    spread = votes.get("disagreement")
+    if spread and spread["memes"]:
+        console.print(
+            f"Cultures' disagreement on the {spread['memes']} test memes every culture voted on: predicted spread "
+            f"{_fmt(spread['predicted_spread'])}, annotated {_fmt(spread['annotated_spread'])}; Pearson r "
+            f"{_fmt(spread['pearson'])}, Spearman ρ {_fmt(spread['spearman'])}.",
+            soft_wrap=True,
+            markup=False,
+        )
+    console.print(f"{votes['rule']}.", soft_wrap=True, markup=False)
+    to_log_files(console)
 
 
 def print_abstention(metrics: dict[str, Any]) -> None:

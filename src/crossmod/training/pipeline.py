@@ -32,7 +32,8 @@ from crossmod.models.backbone import Adapters
 from crossmod.models.sharding import is_zero3, parameter_counts
 from crossmod.results.baselines import prepare as measure_baselines
 from crossmod.results.baselines import read as read_baselines
-from crossmod.results.culture_table import print_abstention, print_baselines, print_calibration, print_policy, print_table
+from crossmod.results.culture_table import print_abstention, print_baselines, print_calibration, print_policy, print_table, print_votes
+from crossmod.results.votes import check_training_votes, votes_on_test
 from crossmod.runtime.console import configure_console
 from crossmod.runtime.resolvers import run_variants, task_overrides
 from crossmod.runtime.run_environment import run_environment
@@ -142,6 +143,10 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
     final_val: dict[str, float] = {}
     fresh = cfg.get("train", True) and not cfg.get("ckpt_path")  # a resumed run keeps the baselines it measured
     baselines = measure_baselines(cfg, parts.datamodule, parts.model, parts.trainer, run_dir) if fresh else read_baselines(run_dir)
+    if cfg.get("train", True) and parts.model.objective.needs_votes:  # soft_votes: training memes with votes, or refused
+        parts.datamodule.prepare_data()
+        parts.datamodule.setup("fit")
+        check_training_votes(parts.datamodule.stage_records("train"), parts.model.heads, parts.datamodule.dataset_dir.name)
     if cfg.get("train", True):
         requeued = requeue_checkpoint(Path(parts.trainer.default_root_dir)) if SLURMEnvironment.detect() else None
         resume = cfg.get("ckpt_path") or requeued
@@ -257,6 +262,10 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
     if (run_dir / "predictions" / "test.csv").is_file():  # which memes to send to review: the cultures' disagreement
         test = read_predictions(run_dir / "predictions" / "test.csv")
         metrics["abstention"] = abstention_on_test(metrics["selection_threshold"], test, cfg.get("abstention") or "spread")
+        datamodule, heads = parts.datamodule, parts.model.heads
+        votes = votes_on_test(test[0], datamodule.stage_records("train"), datamodule.stage_records("test"), heads)
+        if votes is not None:  # the held-out memes' annotators voted: the soft metrics and the cultures' disagreement
+            metrics["votes"] = votes
     if cfg.get("policy"):  # the moderation policy's thresholds, chosen on val per culture (configs/policy/)
         metrics["policy"] = policy_on_selection(run_dir / "predictions", OmegaConf.to_container(cfg.policy, resolve=True))
     write_metrics(run_dir, metrics)
@@ -278,6 +287,7 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
             print_baselines(metrics)
         print_calibration(metrics)
         print_abstention(metrics)
+        print_votes(metrics)
         print_policy(metrics)
         if transfer is not None:
             from crossmod.results.eval_data import print_transfer

@@ -8,6 +8,7 @@ from typing import Any
 from crossmod.models.retrieval.knn_vote import WEIGHTINGS
 from crossmod.models.retrieval.rgcl_loss import LOSSES
 
+
 @dataclass(frozen=True)
 class RGCLSettings:
     """weight: the RGCL share of the loss (the public code mixes 0.5 RGCL + 0.5 cross-entropy); loss: `nll` (the paper)

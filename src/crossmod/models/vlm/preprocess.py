@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 from transformers import AutoProcessor
 
-from crossmod.data.heads import HeadSpecs, label_tensors, parse_heads
+from crossmod.data.heads import HeadSpecs, head_votes, label_tensors, parse_heads, vote_shares
 from crossmod.models.model_folders import refuse_shipped_code
 from crossmod.models.vlm.families import VLMFamily, family_for
 from crossmod.models.vlm.prompts import PromptSpec
@@ -192,6 +192,7 @@ class VLMPreprocessor:
         return {
             "id": sample["id"],
             "labels": sample["labels"],
+            "votes": head_votes(sample),
             "chats": chats,
             "image": image,
             "image_key": key,
@@ -208,6 +209,7 @@ class VLMPreprocessor:
             batch["image_keys"] = [[f["image_key"]] for f, _ in rows]  # per row, its images' cache keys in order
         batch["option_ids"] = torch.tensor([f["options"] for f, _ in rows], dtype=torch.long)
         batch["labels"] = label_tensors(features, self.heads)
+        batch["vote_shares"] = vote_shares(features, self.heads)
         if self.asked_heads:
             batch["asked_heads"] = list(self.asked_heads)
         return batch
