@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 
 import numpy as np
 import pytest
 
 from crossmod.data.sources.multi3hate import Multi3HateSource
 from crossmod.evaluation.soft_labels import soft_scores
-from tests.conftest import SMALL_DATA
+from tests.conftest import SMALL_DATA, scaled
 from tests.data.sources import layouts
+from tests.zygote import run_python
 
 CULTURES = ("US", "DE", "MX", "IN", "CN")
 POOL = {"en": "US", "de": "DE", "es": "MX", "hi": "IN", "zh": "CN"}
@@ -56,6 +58,16 @@ def test_a_soft_votes_run_scores_the_held_out_memes_against_their_votes(train_ru
         assert 0.0 < constant["share"] < 1.0 and constant["memes"] == model["memes"]  # the training memes' mean share
     spread = recorded["disagreement"]
     assert spread["memes"] == len(predictions["US"]) and spread["cultures"] == 5 and "held-out memes" in recorded["rule"]
+
+    # the fold's result carries the same record, and the cross-validation report shows it beside the constant
+    assert json.loads((run / "fold_result.json").read_text())["votes"] == json.loads(json.dumps(recorded))
+    report = run_python([sys.executable, "-m", "crossmod", "cv-report", f"runs={run.parent}"], capture_output=True, text=True, timeout=scaled(300))
+    assert report.returncode == 0, report.stderr[-3000:]
+    (markdown,) = run.parent.glob("cv_report/*/cv_report.md")
+    text = markdown.read_text()
+    assert "Against the annotators' votes on the held-out folds" in text and "Cultures' disagreement per meme" in text
+    us = recorded["heads"]["US"]
+    assert f"| US | {us['model']['cross_entropy']:.3f} ± nan | {us['constant']['cross_entropy']:.3f} ± nan |" in text
 
 
 def test_the_converter_reads_the_release_layouts_votes_per_culture_head(tmp_path):

@@ -196,6 +196,62 @@ def summarise_abstention(results: Mapping[int, FoldResult]) -> dict[str, Any] | 
     return {"rule": recorded[0]["rule"], "metrics": prefixed_mean_std(_every_fold(per_fold), "cv")}
 
 
+VOTE_SCORES = ("cross_entropy", "jsd")
+
+
+def _vote_scores(recorded: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Head → the held-out fold's soft scores of the run and the constant (`cross_entropy`, `constant_cross_entropy` …)
+    and the run's Pearson r; `disagreement` → the two spreads and their correlations."""
+    rows: dict[str, dict[str, float | None]] = {
+        head: {
+            **{name: row["model"][name] for name in (*VOTE_SCORES, "pearson")},
+            **{f"constant_{name}": row["constant"][name] for name in VOTE_SCORES},
+        }
+        for head, row in recorded["heads"].items()
+    }
+    spread = recorded.get("disagreement")
+    if spread:
+        rows["disagreement"] = {k: spread[k] for k in ("predicted_spread", "annotated_spread", "pearson", "spearman")}
+    return rows
+
+
+def summarise_votes(results: Mapping[int, FoldResult]) -> dict[str, Any] | None:
+    """Mean ± sample std over folds of each culture's held-out soft scores beside the constant baseline's, and of the
+    cultures' disagreement; None unless every fold's held-out memes carried votes."""
+    recorded = [r.get("votes") or {} for r in results.values()]
+    if not recorded or not all(r.get("heads") for r in recorded):
+        return None
+    return {"rule": recorded[0]["rule"], "metrics": prefixed_mean_std(_every_fold([_vote_scores(r) for r in recorded]), "cv")}
+
+
+def votes_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
+    """Per culture, the held-out folds against their annotators' votes beside the constant baseline, and the cultures'
+    disagreement predicted against the annotated (means over folds)."""
+    votes = result.get("votes")
+    if not votes:
+        return []
+    metrics = votes["metrics"]
+
+    def cell(head: str, name: str) -> str:
+        mean, std = metrics.get(f"cv/{head}/{name}_mean"), metrics.get(f"cv/{head}/{name}_std")
+        return "—" if mean is None or mean != mean else f"{mean:.3f} ± {std:.3f}"
+
+    lines = ["", "Against the annotators' votes on the held-out folds (lower cross-entropy and JSD: closer; means over folds):", ""]
+    lines += ["| head | cross-entropy | constant | JSD | constant | r(p, vote share) |", "|---|---|---|---|---|---|"]
+    for head in [h for h in heads if f"cv/{h}/cross_entropy_mean" in metrics]:
+        names = ("cross_entropy", "constant_cross_entropy", "jsd", "constant_jsd", "pearson")
+        lines.append(f"| {head} | " + " | ".join(cell(head, n) for n in names) + " |")
+    if "cv/disagreement/annotated_spread_mean" in metrics:
+        lines += [
+            "",
+            f"Cultures' disagreement per meme: predicted spread {cell('disagreement', 'predicted_spread')}, annotated "
+            f"{cell('disagreement', 'annotated_spread')}; Pearson r {cell('disagreement', 'pearson')}, Spearman ρ "
+            f"{cell('disagreement', 'spearman')}.",
+        ]
+    lines += ["", f"Rule: {shown(votes['rule'])}, each fold's own."]  # a shared file's words
+    return lines
+
+
 def abstention_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
     """Per culture, the held-out folds' AURC in the disagreement order beside a random and the oracle order's."""
     abstention = result.get("abstention")
@@ -256,6 +312,7 @@ def summarise(results: Mapping[int, FoldResult], oof: PooledOOF) -> dict[str, An
         "baselines": summarise_baselines(results),
         "calibration": summarise_calibration(results),
         "abstention": summarise_abstention(results),
+        "votes": summarise_votes(results),
         "pooled_oof_auroc": {head: row[head] for head, row in alignment.items() if head in row},  # own labels, all folds pooled
         "alignment": alignment,
         "oof_samples": oof.samples,
@@ -337,6 +394,7 @@ def cv_markdown(name: str, folds: list[int], problems: list[str], result: dict[s
     lines += baselines_markdown(result, heads)
     lines += calibration_markdown(result, heads)
     lines += abstention_markdown(result, heads)
+    lines += votes_markdown(result, heads)
     if not result["alignment"]:
         return "\n".join([*lines, "", "No binary heads: no pooled ROC or alignment matrix.", ""])
     lines += ["", f"Alignment (AUROC of each head's scores against each culture's labels; {BEST} = best culture; no test):", ""]

@@ -103,6 +103,7 @@ def read_fold_result(path: Path) -> dict[str, Any]:
     _check_threshold(result, path)
     _check_calibration(result, path)
     _check_abstention(result, path)
+    _check_votes(result, path)
     _check_baselines(result, path)
     columns = _field(result, path, "oof_predictions", dict)
     lengths = {column: len(columns[column]) if isinstance(columns.get(column), list) else None for column in COLUMNS}
@@ -167,6 +168,25 @@ def _check_abstention(result: dict[str, Any], path: Path) -> None:
         good = isinstance(row, dict) and all(_score(name, row.get(name)) and row.get(name) is not None for name in ("aurc", "aurc_random", "aurc_oracle"))
         if not good:
             raise ReportInputError(f"{path}: abstention.{where} must hold aurc, aurc_random and aurc_oracle in [0, 1]", FIX)
+
+
+def _check_votes(result: dict[str, Any], path: Path) -> None:
+    """`votes` (optional: datasets without votes, and older files, lack it): {rule, heads: {head: {model, constant}}},
+    each an object of a cross-entropy ≥ 0 and a JSD in [0, 1] (null where no meme had votes)."""
+    recorded = _field(result, path, "votes", dict, optional=True)
+    if recorded is None:
+        return
+    heads = recorded.get("heads")
+    if not isinstance(heads, dict) or not heads or not isinstance(recorded.get("rule"), str):
+        raise ReportInputError(f"{path}: votes needs a rule and a heads object", FIX)
+    for head, row in heads.items():
+        for side in ("model", "constant"):
+            scores = row.get(side) if isinstance(row, dict) else None
+            if not isinstance(scores, dict):
+                raise ReportInputError(f"{path}: votes.heads.{head}.{side} is not an object", FIX)
+            entropy, jsd = scores.get("cross_entropy"), scores.get("jsd")
+            if not (entropy is None or (_number(entropy) and entropy >= 0)) or not (jsd is None or _score("jsd", jsd)):
+                raise ReportInputError(f"{path}: votes.heads.{head}.{side} needs a cross-entropy ≥ 0 and a JSD in [0, 1]", FIX)
 
 
 def _check_calibration(result: dict[str, Any], path: Path) -> None:

@@ -26,6 +26,7 @@ from crossmod.evaluation.predictions import read_prediction_columns
 from crossmod.evaluation.summary import json_safe
 from crossmod.evaluation.thresholds import calibration_on_selection, threshold_on_selection
 from crossmod.results.baselines import read as read_baselines
+from crossmod.results.votes import votes_on_test
 
 FILENAME = "fold_result.json"
 
@@ -91,7 +92,11 @@ class FoldResultWriter(L.Callback):
         labels = datamodule.held_out_labels() if trainer.is_global_zero else {}
         if trainer.is_global_zero:
             final = {"epoch": trainer.current_epoch - 1, "step": trainer.global_step}
-            self.write(_floats(trainer.callback_metrics, "test"), datamodule.selection_rule, labels, final)
+            votes = None
+            if self.predictions.is_file() and hasattr(datamodule, "stage_records"):  # the held-out memes' annotators' votes
+                train, test = datamodule.stage_records("train"), datamodule.stage_records("test")
+                votes = votes_on_test(read_predictions(self.predictions)[0], train, test, module.heads)
+            self.write(_floats(trainer.callback_metrics, "test"), datamodule.selection_rule, labels, final, votes)
 
     def best_entry(self) -> dict[str, Any] | None:
         """The validation the checkpoint callback would keep (first of equals, like ModelCheckpoint)."""
@@ -101,8 +106,11 @@ class FoldResultWriter(L.Callback):
         sign = 1 if self.mode == "max" else -1
         return max(scored, key=lambda e: (sign * e["metrics"][self.monitor], -e["step"]))
 
-    def write(self, held_out: dict[str, float], rule: str, labels: dict[str, dict[str, Any]], final: dict[str, int]) -> Path:
-        """`held_out`: the test pass over the held-out fold; `rule`: what chose the scored weights; `final`: fit's end."""
+    def write(
+        self, held_out: dict[str, float], rule: str, labels: dict[str, dict[str, Any]], final: dict[str, int], votes: dict[str, Any] | None = None
+    ) -> Path:
+        """`held_out`: the test pass over the held-out fold; `rule`: what chose the scored weights; `final`: fit's end;
+        `votes`: the held-out memes against their annotators' votes (src/crossmod/results/votes.py), where they have them."""
         if not self.predictions.is_file():
             raise FileNotFoundError(f"{self.predictions} is missing: the fold result needs the PredictionWriter callback")
         selected = final if rule == "last" else self.best_entry()
@@ -127,6 +135,8 @@ class FoldResultWriter(L.Callback):
             "abstention": abstention_on_test(threshold, read_predictions(self.predictions), self.abstention),
             # the baselines on the same memes (majority, TF-IDF, probe), measured before fit (src/crossmod/results/baselines.py)
             "baselines": baseline_scores(self.dirpath),
+            # the soft metrics per culture beside the constant baseline, and the cultures' disagreement (votes only)
+            **({"votes": votes} if votes else {}),
         }
         path = self.dirpath / FILENAME
         path.parent.mkdir(parents=True, exist_ok=True)
