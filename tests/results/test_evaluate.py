@@ -102,7 +102,14 @@ def test_folder_of_fold_runs_scores_each_run_on_its_own_held_out_fold(fold_sweep
         for head, scores in entry["metrics"].items():
             for metric in ("auroc", "acc", "f1"):
                 assert scores[metric] == pytest.approx(metrics["best"]["test"][head][metric], abs=1e-5), (name, head, metric)
+        # the run's calibration map, applied beside the raw probability: the run's own before/after on the same memes
+        for head, row in metrics["calibration"]["heads"].items():
+            for when in ("before", "after"):
+                for score in ("ece", "brier", "log_loss"):
+                    got = entry["calibration"]["heads"][head][when][score]
+                    assert got == pytest.approx(row[when][score], abs=1e-5), (name, head, when, score)
         section = summary.split(f"## {name}\n")[1].split("\n## ")[0]
+        assert "| head | ECE before → after |" in section and "fitted on its selection split" in section
         assert f"Scored on: held-out fold {metrics['fold']} of 3 ({len(ids)} memes; split=auto)" in section
         assert f"rule `{metrics['selection']['rule']}` — {metrics['selection']['description']}" in section
     assert sorted(folds) == [0, 1, 2] and not (folds[0] & folds[1] or folds[0] & folds[2] or folds[1] & folds[2])
@@ -268,7 +275,7 @@ def test_two_processes_score_exactly_what_one_does(fold_sweep, data_dir, tmp_pat
         assert [r["id"] for r in one[name]] == [r["id"] for r in two[name]]  # every meme once, order restored
         for a, b in zip(one[name], two[name]):
             for key in a:
-                if key.endswith("_probability"):
+                if key.endswith(("_probability", "_probability_calibrated")):  # float sums: rank order may differ
                     assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-6), (name, a["id"], key)
                 else:
                     assert a[key] == b[key], (name, a["id"], key)
@@ -301,4 +308,11 @@ def test_a_culture_model_on_mhc_is_scored_by_the_head_it_names(train_run, tmp_pa
     assert entry["head"] == "head=DE" and set(entry["metrics"]) == {"hateful"}
     assert entry["mhc"]["cases"] == entry["split"]["items"] > 0
     rows = list(csv.DictReader(open(next((tmp_path / "r" / "predictions").glob("*.csv")))))
-    assert rows and set(rows[0]) >= {"id", "hateful_probability", "hateful_decision"}
+    assert rows and set(rows[0]) >= {"id", "hateful_probability", "hateful_decision", "hateful_probability_calibrated"}
+    # the mapped head is calibrated by the map its trained head (DE) was given on the run's own selection split
+    from crossmod.evaluation.calibration import apply_calibrator, calibrator_of
+
+    recorded = calibrator_of(json.loads((run / "metrics.json").read_text())["calibration"]["heads"]["DE"])
+    raw_p = [float(r["hateful_probability"]) for r in rows]
+    assert [float(r["hateful_probability_calibrated"]) for r in rows] == pytest.approx(apply_calibrator(raw_p, recorded).tolist(), abs=1e-6)
+    assert set(entry["calibration"]["heads"]) == {"hateful"}

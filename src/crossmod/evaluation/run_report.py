@@ -66,7 +66,32 @@ def score_run(rows: Rows, records: Rows, model_heads: Heads, data_heads: Heads, 
     probs = {h: dict(zip(ids, _probs(rows, model_heads[h]).tolist())) for h in binary_model}
     labels = {h: {i: r["labels"][h] for i, r in zip(ids, records) if r["labels"].get(h) is not None} for h in binary_data}
     matrix = alignment_matrix(probs, labels) if probs and labels else {}
-    return RunScores(scores, matrix, probs, labels, dataset_sections(model_heads, rows, records, data_heads, threshold))
+    sections = dataset_sections(model_heads, rows, records, data_heads, threshold)
+    calibrated = calibration_section(rows, records, model_heads, data_heads)
+    if calibrated:
+        sections["calibration"] = calibrated
+    return RunScores(scores, matrix, probs, labels, sections)
+
+
+def calibration_section(rows: Rows, records: Rows, model_heads: Heads, data_heads: Heads) -> dict[str, Any] | None:
+    """Per binary head the scored memes' ECE, Brier score and log-loss before and after the run's calibration map (the
+    rows' `<head>_probability_calibrated`), over the memes the data labels; None where no head has a map."""
+    from crossmod.evaluation.calibration import calibration_scores
+
+    heads = {}
+    for name, head in model_heads.items():
+        key = f"{name}_probability_calibrated"
+        if not head.is_binary or name not in data_heads or not rows or key not in rows[0]:
+            continue
+        labelled = [(r["labels"][name], row) for r, row in zip(records, rows) if r["labels"].get(name) is not None]
+        if labelled:
+            labels = [y for y, _ in labelled]
+            before = calibration_scores(labels, [row[f"{name}_probability"] for _, row in labelled])
+            heads[name] = {"before": before, "after": calibration_scores(labels, [row[key] for _, row in labelled])}
+    if not heads:
+        return None
+    rule = "the run's calibration map, fitted on its selection split, applied once to these memes"
+    return {"rule": rule, "heads": heads}
 
 
 def dataset_sections(heads: Heads, rows: Rows, records: Rows, data_heads: Heads, threshold: float) -> dict[str, Any]:
@@ -135,6 +160,13 @@ def summary_markdown(report: dict[str, Any], figures: Collection[str]) -> str:
                     "",
                     f"{key}: " + ", ".join(f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}" for k, v in entry[key].items()),
                 ]
+        if "calibration" in entry:
+            lines += ["", "| head | ECE before → after | Brier before → after | log-loss before → after |", "|---|---|---|---|"]
+            for head, row in entry["calibration"]["heads"].items():
+                cells = " | ".join(f"{_score(row['before'][k])} → {_score(row['after'][k])}" for k in ("ece", "brier", "log_loss"))
+                lines.append(f"| {shown(head)} | {cells} |")
+            first = next(iter(entry["calibration"]["heads"].values()))["before"]
+            lines += ["", f"Calibration: {shown(entry['calibration']['rule'])}; ECE over {shown(first['bins'])}."]
         if "mhc" in entry:
             lines += ["", functional_markdown(entry["mhc"], functionality_figure(name))]
         lines.append("")

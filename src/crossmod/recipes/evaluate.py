@@ -44,8 +44,8 @@ def main(cfg: DictConfig) -> None:
     out = report_folder(cfg.out, ckpt, dataset, cfg.split, Path(cfg.paths.root_dir))  # never inside an export
     models = [(name, mapped_to(dict(datamodule.heads), cfg.head, dataset, load)) for name, load in models]
 
-    def scorer(model, records, batch_size, threshold):
-        return score(trainer, model, records, batch_size, threshold, cfg.num_workers)
+    def scorer(model, records, batch_size, threshold, calibrators=None):
+        return score(trainer, model, records, batch_size, threshold, cfg.num_workers, calibrators)
 
     report = evaluate(models, scored, dict(datamodule.heads), out, cfg.batch_size, cfg.threshold, dataset, scorer, trainer.is_global_zero)
     if not trainer.is_global_zero:

@@ -73,7 +73,9 @@ def one_device_scorer(accelerator: str = "cpu") -> Scorer:
     from crossmod.inference.scoring import score, single_device_trainer
 
     trainer = single_device_trainer(accelerator)
-    return lambda model, records, batch_size, threshold: score(trainer, model, records, batch_size, threshold)
+    return lambda model, records, batch_size, threshold, calibrators=None: score(
+        trainer, model, records, batch_size, threshold, calibrators=calibrators
+    )
 
 
 def scoring_rule(model: Any) -> str:
@@ -102,7 +104,8 @@ def evaluate(
     report.json, summary.md, per-run predictions and the figures into `out`.
 
     `models`: (name, loader), each model built when its turn comes and dropped after it. `scorer`: rows of
-    (model, records, batch size, threshold): Lightning's predict loop (src/crossmod/inference/scoring.py) on the job's trainer,
+    (model, records, batch size, threshold, calibration maps by head: the run's, applied beside the raw probability as
+    predict applies an export's): Lightning's predict loop (src/crossmod/inference/scoring.py) on the job's trainer,
     which every process of a data-parallel job runs (default: one device, this process); only the `writer` (rank 0)
     writes files."""
     scorer = scorer or one_device_scorer()
@@ -117,7 +120,10 @@ def evaluate(
     for name, load in models:
         records = scored[name].records
         model = load()
-        rows = scorer(model, records, batch_size, threshold)
+        calibrators = scored[name].calibrators
+        if getattr(model, "trained", None) in calibrators:  # a mapped head (ScoredAs): the trained head's map, under its name
+            calibrators = {next(iter(model.heads)): calibrators[model.trained]}
+        rows = scorer(model, records, batch_size, threshold, calibrators)
         heads, head_rule, scored_by = model.heads, model.head_rule, scoring_rule(model)
         del model  # one model in memory at a time
         if not writer:

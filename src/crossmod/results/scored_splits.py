@@ -24,6 +24,7 @@ from crossmod.data.data_settings import default as data_default
 from crossmod.data.folds import find_folds, find_inner_validation
 from crossmod.data.remote import is_remote
 from crossmod.data.shards import read_manifest, read_samples
+from crossmod.evaluation.calibration import calibrator_of
 from crossmod.runtime.user_errors import UserError
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,9 @@ class RunFacts:
     selection: dict[str, Any] | None = None
     config: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # where the facts come from, for messages
+    # head → the calibration map the run fitted on its selection split (an export's card carries its culture's); none
+    # for a checkpoint other than the weights the map was fitted on
+    calibrators: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +64,7 @@ class ScoredSplit:
     trained_on: int = 0  # scored memes the run trained on (or, in a fold run, that were not its held-out fold)
     selected_on: int = 0  # scored memes the run chose its weights on
     baselines: dict[str, Any] | None = None  # the run's baselines on these very memes (its test stage), where it measured them
+    calibrators: dict[str, dict[str, Any]] = field(default_factory=dict)  # head → the run's calibration map (RunFacts')
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -102,7 +107,9 @@ def run_facts(ckpt: Path) -> list[RunFacts]:
         fold, num_folds = config.get("fold"), config.get("num_folds")
         if fold is None:
             num_folds = None
-        return [RunFacts(ckpt.name, run_dir, fold, num_folds, selection, config, str(card_path))]
+        calibration = card.get("calibration")
+        calibrators = {str(card.get("culture")): calibrator_of(calibration)} if isinstance(calibration, dict) else {}
+        return [RunFacts(ckpt.name, run_dir, fold, num_folds, selection, config, str(card_path), calibrators)]
     if (ckpt / "metrics.json").is_file():
         return [_facts_of_run(ckpt.name, ckpt)]
     runs = sorted(p.parent for p in ckpt.rglob("metrics.json"))
@@ -118,7 +125,9 @@ def _facts_of_run(name: str, run_dir: Path) -> RunFacts:
     fold, num_folds = metrics.get("fold"), metrics.get("num_folds")
     if fold is not None and not (isinstance(fold, int) and isinstance(num_folds, int) and 0 <= fold < num_folds):
         raise ValueError(f"{metrics_path}: fold={fold!r}, num_folds={num_folds!r} is not a fold k of n folds")
-    return RunFacts(name, run_dir, fold, num_folds, metrics.get("selection"), config, str(metrics_path))
+    heads = ((metrics.get("calibration") or {}).get("heads") or {}) if isinstance(metrics.get("calibration"), dict) else {}
+    calibrators = {head: calibrator_of(row) for head, row in heads.items() if isinstance(row, dict) and ("calibrator" in row or "temperature" in row)}
+    return RunFacts(name, run_dir, fold, num_folds, metrics.get("selection"), config, str(metrics_path), calibrators)
 
 
 def _facts_of_checkpoint(ckpt: Path, run_dir: Path) -> RunFacts:
@@ -128,7 +137,7 @@ def _facts_of_checkpoint(ckpt: Path, run_dir: Path) -> RunFacts:
     chosen_file = "last.ckpt" if chosen == "final" else Path(chosen).name if chosen else None  # final weights: last.ckpt
     if chosen_file and chosen_file != ckpt.name:
         selection = {**facts.selection, "weights": str(ckpt), "note": f"not the weights the run's rule chose ({chosen})"}
-        facts = RunFacts(facts.name, run_dir, facts.fold, facts.num_folds, selection, facts.config, facts.source)
+        facts = RunFacts(facts.name, run_dir, facts.fold, facts.num_folds, selection, facts.config, facts.source)  # no map: other weights
     return facts
 
 
@@ -162,6 +171,7 @@ def scored_splits(facts: list[RunFacts], split: str, dataset_dir: Path, test_spl
             result[run.name].baselines = _baselines_on(run, reader, result[run.name])
         else:
             result[run.name] = _explicit(run, reader, split)
+        result[run.name].calibrators = run.calibrators
     return result
 
 
