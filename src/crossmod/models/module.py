@@ -125,7 +125,10 @@ class MemeClassifier(L.LightningModule):
         layer_decay: float | None = None,
     ) -> None:
         """`name_or_path`, `prompt` and `family` are family-level settings (the VLM's checkpoint, prompt, family row) that the
-        fusion and the preprocessor share through interpolation; they are kept with the hyperparameters. `head_init`
+        fusion and the preprocessor share through interpolation; the class does not read them itself, it keeps them with
+        the hyperparameters, where the checkpoint and an export's model_config.json record them and they are read back
+        (the card's base and prompt, the `model.name_or_path=<local copy>` override of a moved base). `objective` and
+        `scoring` are `_target_` configs (configs/model/objective, configs/model/scoring), built here. `head_init`
         (random | probe: LP-FT, applied before fit by src/crossmod/results/baselines.py) and `layer_decay` (layer-wise
         learning-rate decay of the text encoder, `parameter_groups`) are the fine-tuning recipe's."""
         super().__init__()
