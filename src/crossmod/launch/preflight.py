@@ -8,11 +8,12 @@ a dataset that has a validation split. Each problem is a `UserError` naming the 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from crossmod.runtime.user_errors import UserError, error_chain, require
 from crossmod.runtime.value_ranges import check_ranges
@@ -428,12 +429,39 @@ def predict(cfg: DictConfig) -> None:
 
     require(cfg, ["adapters", "inputs"])
     check_ranges(cfg)
-    existing(
-        cfg, "adapters", "an exported culture folder: crossmod export run=<run dir> writes <run dir>/export/<culture>", "culture_card.json"
-    )
+    folders = adapter_folders(cfg)
+    what = "an exported culture folder: crossmod export run=<run dir> writes <run dir>/export/<culture>"
+    for index, folder in enumerate(folders):
+        key = "adapters" if len(folders) == 1 else f"adapters[{index}]"
+        existing({key: folder}, key, what, "culture_card.json")  # type: ignore[arg-type]
+    if len(folders) > 1 and cfg.get("culture"):
+        raise UserError(f"culture={cfg.culture} checks one folder's culture; {len(folders)} adapters are given", "drop culture=, or give one adapter", "culture")
+    cultures = [_card_culture(Path(folder)) for folder in folders]
+    twice = sorted({c for c in cultures if c is not None and cultures.count(c) > 1})
+    if twice:
+        raise UserError(f"adapters holds two exports of culture {twice[0]}: their columns would overwrite each other", "give each culture once", "adapters")
+    from crossmod.evaluation.abstention import SCORES
+
+    if cfg.get("disagreement", "spread") not in SCORES:
+        raise UserError(f"disagreement={cfg.disagreement} is not a disagreement score crossmod computes", f"use disagreement={' | '.join(SCORES)}", "disagreement")
     if not is_remote(str(cfg.inputs)):
         existing(cfg, "inputs", "a folder of images | a memes .jsonl file | a shard folder")
     optional_packages(cfg)
+
+
+def adapter_folders(cfg: DictConfig) -> list[str]:
+    """predict's `adapters`: one exported culture folder, or a list of them."""
+    adapters = cfg.adapters
+    return [str(a) for a in adapters] if isinstance(adapters, (list, ListConfig)) else [str(adapters)]
+
+
+def _card_culture(folder: Path) -> str | None:
+    """The culture an exported folder's card names (None when the card cannot say: loading names what is wrong)."""
+    try:
+        card = json.loads((folder / "culture_card.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return card.get("culture") if isinstance(card, dict) and isinstance(card.get("culture"), str) else None
 
 
 def export(cfg: DictConfig) -> None:
