@@ -19,11 +19,11 @@ from typing import Any
 import torch
 from PIL import Image
 
-from crossmod.data.heads import label_tensors
+from crossmod.data.heads import head_votes, label_tensors, vote_shares
 
 
 class ConventionalPreprocessing:
-    """Per-image full decode + timm transform; batched tokenization; per-head label tensors."""
+    """Per-image full decode + timm transform; batched tokenization; per-head label and vote-share tensors."""
 
     def __init__(self, model_preprocessor) -> None:
         self.heads = model_preprocessor.heads
@@ -33,7 +33,7 @@ class ConventionalPreprocessing:
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         with Image.open(io.BytesIO(sample["image"])) as image:
             pixel_values = self.transform(image.convert("RGB"))
-        return {"id": sample["id"], "labels": sample["labels"], "text": sample["text"], "pixel_values": pixel_values}
+        return {"id": sample["id"], "labels": sample["labels"], "votes": head_votes(sample), "text": sample["text"], "pixel_values": pixel_values}
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         tokens = self.tokenizer(
@@ -45,6 +45,7 @@ class ConventionalPreprocessing:
             "attention_mask": tokens["attention_mask"],
             "pixel_values": torch.stack([f["pixel_values"] for f in features]),
             "labels": label_tensors(features, self.heads),
+            "vote_shares": vote_shares(features, self.heads),  # NaN where a meme carries no votes (these memes: none)
         }
 
 

@@ -24,7 +24,7 @@ HYDRA_BLOCKS = ("defaults", "hydra")
 HYDRA_KEYS = ("_target_", "_partial_")
 DATA_BLOCKS = ("heads", "native_sets")  # their entries are data (heads, a study's prompts), described at the block
 GROUPS = (
-    *("data", "model", "model/objective", "model/scoring", "folding", "trainer", "strategy", "logger", "callbacks", "paths"),
+    *("data", "model", "model/objective", "model/scoring", "trainer", "strategy", "logger", "callbacks", "paths"),
     *("eval_data", "debug", "multirun", "policy"),
     *("experiment", "recipe", "sweeps", "hparams_search", "hydra", "hydra/launcher"),
 )
