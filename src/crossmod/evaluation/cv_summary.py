@@ -8,6 +8,7 @@ held-out labels; a head's own column is its pooled out-of-fold AUROC). `cv_markd
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Mapping
@@ -196,6 +197,12 @@ def summarise_abstention(results: Mapping[int, FoldResult]) -> dict[str, Any] | 
     return {"rule": recorded[0]["rule"], "metrics": prefixed_mean_std(_every_fold(per_fold), "cv")}
 
 
+def _mean_std_cell(metrics: Mapping[str, float | None], head: str, name: str) -> str:
+    """`mean ± std` over folds of one head's score, or — where no fold defined it."""
+    mean, std = metrics.get(f"cv/{head}/{name}_mean"), metrics.get(f"cv/{head}/{name}_std")
+    return "—" if mean is None or mean != mean else f"{mean:.3f} ± {std:.3f}"
+
+
 VOTE_SCORES = ("cross_entropy", "jsd")
 
 
@@ -231,11 +238,7 @@ def votes_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
     if not votes:
         return []
     metrics = votes["metrics"]
-
-    def cell(head: str, name: str) -> str:
-        mean, std = metrics.get(f"cv/{head}/{name}_mean"), metrics.get(f"cv/{head}/{name}_std")
-        return "—" if mean is None or mean != mean else f"{mean:.3f} ± {std:.3f}"
-
+    cell = functools.partial(_mean_std_cell, metrics)
     lines = ["", "Against the annotators' votes on the held-out folds (lower cross-entropy and JSD: closer; means over folds):", ""]
     lines += ["| head | cross-entropy | constant | JSD | constant | r(p, vote share) |", "|---|---|---|---|---|---|"]
     for head in [h for h in heads if f"cv/{h}/cross_entropy_mean" in metrics]:
@@ -257,12 +260,7 @@ def abstention_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
     abstention = result.get("abstention")
     if not abstention:
         return []
-    metrics = abstention["metrics"]
-
-    def cell(head: str, name: str) -> str:
-        mean, std = metrics.get(f"cv/{head}/{name}_mean"), metrics.get(f"cv/{head}/{name}_std")
-        return "—" if mean is None else f"{mean:.3f} ± {std:.3f}"
-
+    cell = functools.partial(_mean_std_cell, abstention["metrics"])
     lines = ["", "Abstention on the held-out folds: AURC (lower: the disputed memes are the wrong ones), means over folds:", ""]
     lines += ["| head | disagreement order | random order | oracle |", "|---|---|---|---|"]
     for head in [*heads, "mean"]:

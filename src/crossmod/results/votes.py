@@ -8,6 +8,7 @@ src/crossmod/evaluation/soft_labels.py's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,13 +43,18 @@ def check_training_votes(records: list[dict[str, Any]], heads: dict[str, Head], 
 
 
 def votes_on_test(
-    probabilities: dict[str, dict[str, float]], train: list[dict[str, Any]], test: list[dict[str, Any]], heads: dict[str, Head]
+    probabilities: dict[str, dict[str, float]],
+    train: Callable[[], list[dict[str, Any]]],
+    test: list[dict[str, Any]],
+    heads: dict[str, Head],
 ) -> dict[str, Any] | None:
     """Per culture the soft scores of the run and of the constant baseline on the held-out memes with votes, and the
-    disagreement across cultures; None when the held-out memes carry no votes."""
-    held_out, fitted = shares(test, heads), shares(train, heads)
+    disagreement across cultures; None when the held-out memes carry no votes. `train` gives the training memes, read
+    only when the held-out ones carry votes (a dataset without votes costs no second pass over its records)."""
+    held_out = shares(test, heads)
     if not any(held_out.values()):
         return None
+    fitted = shares(train(), heads)
     per_head = {}
     for name, by_id in held_out.items():
         ids = sorted(set(by_id) & set(probabilities.get(name, {})))

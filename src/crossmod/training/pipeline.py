@@ -263,7 +263,7 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
         test = read_predictions(run_dir / "predictions" / "test.csv")
         metrics["abstention"] = abstention_on_test(metrics["selection_threshold"], test, cfg.get("abstention") or "spread")
         datamodule, heads = parts.datamodule, parts.model.heads
-        votes = votes_on_test(test[0], datamodule.stage_records("train"), datamodule.stage_records("test"), heads)
+        votes = votes_on_test(test[0], lambda: datamodule.stage_records("train"), datamodule.stage_records("test"), heads)
         if votes is not None:  # the held-out memes' annotators voted: the soft metrics and the cultures' disagreement
             metrics["votes"] = votes
     if cfg.get("policy"):  # the moderation policy's thresholds, chosen on val per culture (configs/policy/)

@@ -94,8 +94,8 @@ class FoldResultWriter(L.Callback):
             final = {"epoch": trainer.current_epoch - 1, "step": trainer.global_step}
             votes = None
             if self.predictions.is_file() and hasattr(datamodule, "stage_records"):  # the held-out memes' annotators' votes
-                train, test = datamodule.stage_records("train"), datamodule.stage_records("test")
-                votes = votes_on_test(read_predictions(self.predictions)[0], train, test, module.heads)
+                train = lambda: datamodule.stage_records("train")  # noqa: E731 - read only when the held-out memes have votes
+                votes = votes_on_test(read_predictions(self.predictions)[0], train, datamodule.stage_records("test"), module.heads)
             self.write(_floats(trainer.callback_metrics, "test"), datamodule.selection_rule, labels, final, votes)
 
     def best_entry(self) -> dict[str, Any] | None:
