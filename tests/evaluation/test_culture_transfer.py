@@ -142,3 +142,56 @@ def test_table_11_carries_each_cultures_linear_baselines_by_hand():
     text = transfer_document(transfer)
     assert "| *TF-IDF+LR on the column's culture* | 0.700 ± 0.141 | — |" in text
     assert "| *TF-IDF+LR on the column's culture* | 75.0 ± 35.4 | — |" in text
+
+
+def test_table_11_cells_carry_calibration_before_and_after_the_runs_own_map():
+    """Each FT row's cells: Brier and log-loss of its probabilities against the column's labels, before and after the
+    temperature its own fold run fitted on its selection split (scikit-learn on the same numbers)."""
+    from sklearn.metrics import brier_score_loss, log_loss
+
+    from crossmod.evaluation.calibration import with_temperature
+
+    temperatures = {0: 2.0, 1: 0.5}
+    us = {0: _fold_result("US", {"a": 0.9, "b": 0.2}, LABELS[0]), 1: _fold_result("US", {"c": 0.6, "d": 0.7}, LABELS[1])}
+    for fold, t in temperatures.items():
+        us[fold]["calibration"] = {"heads": {"US": {"temperature": t, "calibrator": {"method": "temperature", "temperature": t}}}}
+    de = {0: _fold_result("DE", {"a": 0.1, "b": 0.3}, LABELS[0]), 1: _fold_result("DE", {"c": 0.8, "d": 0.9}, LABELS[1])}
+    transfer = fold_transfer({"x-FT-US": us, "x-FT-DE": de})
+    cell = transfer["table"]["FT-US"]["DE"]
+    probs = {0: [0.9, 0.2], 1: [0.6, 0.7]}
+    de_labels = {0: [0, 0], 1: [1, 1]}
+    before = [brier_score_loss(de_labels[k], probs[k]) for k in (0, 1)]
+    after = [brier_score_loss(de_labels[k], with_temperature(probs[k], temperatures[k])) for k in (0, 1)]
+    assert cell["brier_before_mean"] == pytest.approx(sum(before) / 2) and cell["brier_after_mean"] == pytest.approx(sum(after) / 2)
+    lost = [log_loss(de_labels[k], with_temperature(probs[k], temperatures[k]), labels=[0, 1]) for k in (0, 1)]
+    assert cell["log_loss_after_mean"] == pytest.approx(sum(lost) / 2) and cell["log_loss_after_n"] == 2
+    assert "brier_after_mean" not in transfer["table"]["FT-DE"]["US"]  # its runs fitted no map: nothing made up
+    text = transfer_document(transfer)
+    assert "## Calibration" in text and "### Brier score" in text
+    row = next(line for line in text.split("### Brier score")[1].splitlines() if line.startswith("| FT-US |"))
+    assert f"{sum(before) / 2:.3f}" in row.split("|")[3] and "→" in row and "| FT-DE |" not in text.split("## Calibration")[1]
+
+
+def test_table_11_cells_carry_the_policys_held_out_rates_at_each_folds_own_thresholds():
+    """The policy thresholds a fold run chose on its selection split, applied to its held-out memes and judged by each
+    column's labels, by hand; an unreachable action is never taken and shows —."""
+    us = {0: _fold_result("US", {"a": 0.9, "b": 0.2}, LABELS[0]), 1: _fold_result("US", {"c": 0.6, "d": 0.7}, LABELS[1])}
+    cuts = {0: {"act": 0.5, "review": 0.1}, 1: {"act": 0.65, "review": 0.55}}
+    for fold, actions in cuts.items():
+        heads = {"US": {a: {"action": a, "threshold": t} for a, t in actions.items()}}
+        us[fold]["policy"] = {"name": "cautious", "heads": heads}
+    us[1]["policy"]["heads"]["US"]["act"] = {"action": "act", "why": "no threshold reaches precision 0.99"}
+    transfer = fold_transfer({"x-FT-US": us})
+    assert transfer["policy"] == ["cautious"]
+    us_cell, de_cell = transfer["table"]["FT-US"]["US"], transfer["table"]["FT-US"]["DE"]
+    # act: fold 0 at .5 flags a (US 1) → precision 1, recall 1; fold 1 unreachable → undefined: mean over one fold
+    assert us_cell["act_precision_mean"] == 1.0 and us_cell["act_precision_n"] == 1 and math.isnan(us_cell["act_precision_std"])
+    # by DE labels: fold 0 flags a (DE 0) → precision 0, DE has no positive → recall undefined
+    assert de_cell["act_precision_mean"] == 0.0 and math.isnan(de_cell["act_recall_mean"])
+    # review: fold 0 at .1 flags a, b → US precision 1/2, recall 1; fold 1 at .55 flags c, d → US 1/2, recall 1
+    assert us_cell["review_precision_mean"] == pytest.approx(0.5) and us_cell["review_recall_mean"] == 1.0
+    assert de_cell["review_precision_mean"] == pytest.approx((0 + 1) / 2) and de_cell["review_recall_mean"] == 1.0
+    text = transfer_document(transfer)
+    assert "## Policy (cautious): held-out precision / recall at its thresholds" in text
+    review = text.split("### review")[1]
+    assert "| FT-US | 50.0 ± 0.0 / 100.0 ± 0.0 | 50.0 ± 70.7 / 100.0 |" in review

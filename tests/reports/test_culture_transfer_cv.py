@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sklearn.metrics import accuracy_score, f1_score
+from sklearn.metrics import accuracy_score, brier_score_loss, f1_score
 
+from crossmod.evaluation.calibration import apply_calibrator
 from crossmod.evaluation.culture_transfer import answers_by_fold
 from crossmod.reports.transfer import read_zeroshot_answers
 from tests.conftest import SMALL_DATA
@@ -20,8 +21,8 @@ DROPPED = ("~data.heads.MX", "~data.heads.IN", "~data.heads.CN")
 def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_path):
     run_dir = tmp_path / "cv"
     result = train_run(
-        "cv.per_culture=true", "num_folds=2", "trainer.max_epochs=1", *DROPPED, *SMALL_DATA, f"hydra.run.dir={run_dir}",
-        script="cross_validate.py",
+        "cv.per_culture=true", "num_folds=2", "trainer.max_epochs=1", "policy=cautious", *DROPPED, *SMALL_DATA,
+        f"hydra.run.dir={run_dir}", script="cross_validate.py",
     )  # fmt: skip
     assert "culture transfer (Table 11)" in result.stdout
     table = json.loads((run_dir / "cv_report" / "culture_transfer.json").read_text())
@@ -31,6 +32,7 @@ def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_p
         assert len(fold_runs) == 2
         per_fold = {c: [] for c in ("US", "DE", "MX", "IN", "CN")}
         f1_per_fold = {c: [] for c in per_fold}
+        brier_after, review_recall = {c: [] for c in per_fold}, {c: [] for c in per_fold}
         for fold_run in fold_runs:
             fold_result = json.loads((fold_run / "fold_result.json").read_text())
             assert fold_result["experiment"] == f"synthetic_concat-FT-{culture}"
@@ -50,10 +52,22 @@ def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_p
                 labelled = {i: v[judge] for i, v in fold_result["held_out_labels"].items() if v[judge] is not None}
                 decided = [int(probs[i] >= threshold) for i in labelled]
                 f1_per_fold[judge].append(f1_score(list(labelled.values()), decided, average="macro", labels=[0, 1], zero_division=0))
+                # the fold's own calibration map and policy threshold for its head, fitted on its selection split
+                calibrated = apply_calibrator([probs[i] for i in labelled], fold_result["calibration"]["heads"][culture]["calibrator"])
+                brier_after[judge].append(brier_score_loss(list(labelled.values()), calibrated))
+                review = fold_result["policy"]["heads"][culture]["review"]
+                assert fold_result["policy"]["name"] == "cautious" and review["threshold"] is not None  # recall is reachable
+                positives = [i for i, v in labelled.items() if v == 1]
+                if positives:
+                    review_recall[judge].append(np.mean([probs[i] >= review["threshold"] for i in positives]))
         for judge, values in per_fold.items():
             cell = table["table"][f"FT-{culture}"][judge]
             assert cell["acc_mean"] == pytest.approx(np.mean(values)) and cell["acc_std"] == pytest.approx(np.std(values, ddof=1))
             assert cell["macro_f1_mean"] == pytest.approx(np.mean(f1_per_fold[judge]))
+            assert cell["brier_after_mean"] == pytest.approx(np.mean(brier_after[judge]))
+            if review_recall[judge]:
+                assert cell["review_recall_mean"] == pytest.approx(np.mean(review_recall[judge]))
+                assert cell["review_recall_n"] == len(review_recall[judge])
     summary = json.loads((run_dir / "cv_report" / "synthetic_concat-FT-US" / "cv_summary.json").read_text())
     assert set(summary["alignment"]["US"]) == {"US", "DE", "MX", "IN", "CN"}  # one head, judged by every culture
     assert summary["pooled_oof_auroc"]["US"] == summary["alignment"]["US"]["US"]
@@ -62,6 +76,8 @@ def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_p
     assert "<u>" in us_row.split("|")[2] and "<u>" not in us_row.split("|")[3]  # the row's own culture marked
     assert "| model | US | DE | MX | IN | CN |" in markdown
     assert "| *majority class* |" in markdown and "## Macro-F1 at the selection split's threshold" in markdown
+    assert "## Calibration" in markdown and "## Policy (cautious): held-out precision / recall at its thresholds" in markdown
+    assert table["policy"] == ["cautious"]
     assert "*" not in us_row  # † marks the best; `*` would claim a significance test
     assert (run_dir / "cv_report" / "culture_transfer.png").stat().st_size > 0
 

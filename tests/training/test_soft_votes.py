@@ -56,6 +56,8 @@ def test_a_soft_votes_run_scores_the_held_out_memes_against_their_votes(train_ru
         assert model["jsd"] == pytest.approx(expected["jsd"], abs=1e-6)
         constant = recorded["heads"][culture]["constant"]
         assert 0.0 < constant["share"] < 1.0 and constant["memes"] == model["memes"]  # the training memes' mean share
+    fold_result = json.loads((run / "fold_result.json").read_text())
+    assert fold_result["votes"] == recorded  # measured once, by the fold result, and reused by the run's record
     spread = recorded["disagreement"]
     assert spread["memes"] == len(predictions["US"]) and spread["cultures"] == 5 and "held-out memes" in recorded["rule"]
 
@@ -82,3 +84,14 @@ def test_soft_votes_on_memes_without_votes_is_refused_before_training(train_run)
     result = train_run(*SMALL_DATA, "model/objective=soft_votes", "trainer.max_epochs=1", check=False)
     assert result.returncode != 0 and "carry none" in result.stderr + result.stdout
     assert "Epoch 0" not in result.stdout
+
+
+def test_the_runs_record_reuses_the_fold_results_votes_without_a_second_pass(tmp_path):
+    """A fold run's record takes the votes its fold result measured: the training memes are not read a second time."""
+    from crossmod.training.callbacks.fold_results import FoldResultWriter
+    from crossmod.training.pipeline import fold_record
+
+    writer = FoldResultWriter(str(tmp_path), "x", fold=0, num_folds=2)
+    assert fold_record([writer]) is None  # nothing written yet: the record measures them itself
+    writer.written = {"votes": {"rule": "r"}, "policy": {"name": "cautious"}}
+    assert fold_record([object(), writer]) is writer.written

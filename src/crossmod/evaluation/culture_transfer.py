@@ -4,6 +4,9 @@ Rows are predictors (zero-shot, FT-<culture>, a multi-head model), columns are c
 cell is a metric per held-out fold, then mean ± sample std (ddof = 1) over folds. A predictor gives,
 per fold and column, P(hate) (for AUROC) and a decision (for accuracy; None = an unparseable answer,
 counted wrong). Several decisions per fold (a zero-shot model's prompts) are averaged within the fold.
+A fine-tuned row also carries what its fold run fitted on its own selection split: its head's calibration map
+(the cells' ECE, Brier score and log-loss before and after it) and a moderation policy's thresholds (the cells'
+held-out precision and recall per action at them); both are applied once to the held-out memes.
 `fold_transfer` builds the predictors from cross-validation fold results (and zero-shot answers).
 """
 
@@ -18,6 +21,7 @@ from sklearn.metrics import accuracy_score, f1_score
 
 from crossmod.evaluation.alignment import BEST
 from crossmod.evaluation.baselines import LABELS
+from crossmod.evaluation.calibration import apply_calibrator, calibration_scores, calibrator_of
 from crossmod.evaluation.metrics import culture_auroc
 from crossmod.evaluation.predictions import binary_scores
 from crossmod.evaluation.summary import mean_std
@@ -33,12 +37,40 @@ class Answers:
     # macro-F1; None: no such threshold (macro-F1 is then undefined, never computed at 0.5 under that name)
     # (a zero-shot model's own answers, None = invalid, counted wrong)
     chosen: dict[str, int | None] | None = None
+    # the probabilities through the calibration map the run fitted on its selection split (None: no map)
+    calibrated: dict[str, float] | None = None
+    # a policy's thresholds per action, chosen on the run's selection split (None: unreachable there; no policy: {})
+    policy: dict[str, float | None] = field(default_factory=dict)
+
+
+CALIBRATION = ("ece", "brier", "log_loss")
+RATES = ("precision", "recall")
+
+
+def _calibration(truth: np.ndarray, ids: list[str], answer: Answers) -> dict[str, float]:
+    """ECE, Brier and log-loss of one answer set against a column's labels, before and after its run's map."""
+    if answer.calibrated is None or not ids:
+        return {}
+    before = calibration_scores(truth, [answer.probability[i] for i in ids])
+    after = calibration_scores(truth, [answer.calibrated[i] for i in ids])
+    return {f"{m}_{when}": float(scores[m]) for m in CALIBRATION for when, scores in (("before", before), ("after", after))}
+
+
+def _policy_rates(truth: np.ndarray, ids: list[str], answer: Answers) -> dict[str, float]:
+    """Each action's precision and recall against a column's labels at its threshold (NaN where undefined)."""
+    p, rates = np.array([answer.probability[i] for i in ids]), {}
+    for action, cut in answer.policy.items():
+        flagged = p >= cut if cut is not None else np.zeros(len(p), bool)
+        hits = int((flagged & (truth == 1)).sum())
+        rates[f"{action}_precision"] = hits / int(flagged.sum()) if cut is not None and flagged.any() else math.nan
+        rates[f"{action}_recall"] = hits / int(truth.sum()) if cut is not None and truth.any() else math.nan
+    return rates
 
 
 def fold_scores(answers: list[Answers], labels: dict[str, int]) -> dict[str, float]:
     """Accuracy (invalid = wrong), AUROC and macro-F1 at the chosen decisions of one fold, averaged over the
     predictor's answer sets (prompts)."""
-    accs, aurocs, f1s = [], [], []
+    accs, aurocs, f1s, extra = [], [], [], []
     for answer in answers:
         ids = sorted(i for i in labels if i in answer.decision)
         if len(ids) != len(labels):
@@ -53,10 +85,14 @@ def fold_scores(answers: list[Answers], labels: dict[str, int]) -> dict[str, flo
         scored = [i for i in ids if answer.probability.get(i) is not None]
         y = [labels[i] for i in scored]
         aurocs.append(culture_auroc(y, [answer.probability[i] for i in scored]))
+        extra.append({**_calibration(np.array(y), scored, answer), **_policy_rates(np.array(y), scored, answer)})
+    keys = sorted({k for e in extra for k in e})
     return {
         "acc": float(np.mean(accs)),
         "auroc": float(np.nanmean(aurocs)) if not all(map(math.isnan, aurocs)) else math.nan,
         "macro_f1": float(np.mean(f1s)) if len(f1s) == len(answers) else math.nan,
+        # calibration and policy rates where every answer set has them (a fine-tuned row's one set), else NaN
+        **{k: float(np.mean([e.get(k, math.nan) for e in extra])) for k in keys},
     }
 
 
@@ -87,6 +123,9 @@ def transfer_table(
             for metric in ("acc", "auroc", "macro_f1"):
                 stats = mean_std(s[metric] for s in scores)
                 cell[f"{metric}_mean"], cell[f"{metric}_std"] = stats["mean"], stats["std"]
+            for metric in sorted({k for s in scores for k in s} - {"acc", "auroc", "macro_f1"}):
+                stats = mean_std(s.get(metric, math.nan) for s in scores)  # folds where it is defined (`_n` of them)
+                cell[f"{metric}_mean"], cell[f"{metric}_std"], cell[f"{metric}_n"] = stats["mean"], stats["std"], stats["n"]
             table[row][column] = cell
     return table
 
@@ -130,11 +169,23 @@ def transfer_markdown(
 THRESHOLD = 0.5  # a fine-tuned model decides Hate at P(hate) ≥ this
 
 
-def decided(probs: dict[str, float], threshold: float = THRESHOLD, chosen: float | None = None) -> Answers:
-    """A fine-tuned head's answers: its probabilities, a decision at `threshold` and, given the threshold its run
-    chose on its selection split, the decisions at that one."""
+def decided(
+    probs: dict[str, float],
+    threshold: float = THRESHOLD,
+    chosen: float | None = None,
+    calibrator: dict[str, Any] | None = None,
+    policy: dict[str, float | None] | None = None,
+) -> Answers:
+    """A fine-tuned head's answers: its probabilities, a decision at `threshold` and, given what its run fitted on its
+    selection split, the decisions at the threshold it chose, the probabilities through its calibration map and the
+    policy's thresholds."""
     at_chosen = None if chosen is None else {i: int(p >= chosen) for i, p in probs.items()}
-    return Answers(probability=probs, decision={i: int(p >= threshold) for i, p in probs.items()}, chosen=at_chosen)
+    ids = list(probs)
+    calibrated = None if calibrator is None else dict(zip(ids, map(float, apply_calibrator([probs[i] for i in ids], calibrator))))
+    return Answers(
+        probability=probs, decision={i: int(p >= threshold) for i, p in probs.items()}, chosen=at_chosen,
+        calibrated=calibrated, policy=dict(policy or {}),
+    )  # fmt: skip
 
 
 def answers_by_fold(by_prompt: dict[str, Answers], held_out: list[set[str]]) -> list[list[Answers]]:
@@ -172,6 +223,27 @@ def _chosen_thresholds(result: dict[str, Any]) -> dict[str, float]:
     return {head: float(scores["val_threshold"]) for head, scores in heads.items() if "val_threshold" in scores}
 
 
+def _calibrators(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Head → the calibration map the fold run fitted on its selection split (fold_result.json), if it fitted one."""
+    heads = (result.get("calibration") or {}).get("heads") or {}
+    return {head: calibrator_of(row) for head, row in heads.items()}
+
+
+def _policy_cuts(result: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Head → action → the policy threshold the fold run chose on its selection split (None: unreachable there)."""
+    heads = (result.get("policy") or {}).get("heads") or {}
+    return {head: {a: c.get("threshold") for a, c in actions.items()} for head, actions in heads.items()}
+
+
+def _head_answers(runs: dict[int, dict[str, Any]], folds: list[int], head: str, threshold: float, probs: list[dict]) -> list[list[Answers]]:
+    """One fine-tuned head's answer set per fold, with what its fold run fitted for that head on its selection split."""
+    out = []
+    for k, p in zip(folds, probs):
+        chosen, maps, cuts = _chosen_thresholds(runs[k]), _calibrators(runs[k]), _policy_cuts(runs[k])
+        out.append([decided(p[head], threshold, chosen.get(head), maps.get(head), cuts.get(head))])
+    return out
+
+
 def fold_transfer(
     experiments: FoldResults, zeroshot: dict[str, Answers] | None = None, threshold: float = THRESHOLD
 ) -> dict[str, Any] | None:
@@ -203,14 +275,14 @@ def fold_transfer(
     for name, runs in usable.items():
         probs = [binary_scores(runs[k]["oof_predictions"])[0] for k in folds]
         heads = [h for h in probs[0] if h in cultures]
-        chosen = [_chosen_thresholds(runs[k]) for k in folds]
         if len(heads) == 1:
             row = f"FT-{heads[0]}"
             diagonal[row] = heads[0]
-            predictors[row] = {c: [[decided(p[heads[0]], threshold, t.get(heads[0]))] for p, t in zip(probs, chosen)] for c in cultures}
+            answers = _head_answers(runs, folds, heads[0], threshold, probs)
+            predictors[row] = {c: answers for c in cultures}
         elif heads:
             row = f"multi-head ({name})"
-            predictors[row] = {c: [[decided(p[c], threshold, t.get(c))] for p, t in zip(probs, chosen)] for c in cultures if c in heads}
+            predictors[row] = {c: _head_answers(runs, folds, c, threshold, probs) for c in cultures if c in heads}
     order = ["zero-shot", *(f"FT-{c}" for c in cultures)]
     ranked = sorted(predictors, key=lambda r: (order.index(r) if r in order else len(order), r))
     predictors = {r: predictors[r] for r in ranked if set(predictors[r]) == set(cultures)}
@@ -223,6 +295,8 @@ def fold_transfer(
         "diagonal": diagonal,
         "folds": folds,
         "problems": problems,
+        # the policies the fine-tuned rows' fold runs chose thresholds for (one name expected)
+        "policy": sorted({str(runs[k]["policy"].get("name")) for runs in usable.values() for k in folds if runs[k].get("policy")}),
     }
 
 
@@ -258,6 +332,69 @@ def _baseline_lines(transfer: dict[str, Any], metric: str) -> str:
     return "\n".join(lines)
 
 
+def _cell(cell: dict[str, float], metric: str, scale: float = 1.0, digits: int = 3) -> str:
+    mean, std = cell.get(f"{metric}_mean", math.nan) * scale, cell.get(f"{metric}_std", math.nan) * scale
+    return "—" if math.isnan(mean) else f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
+
+
+def calibration_markdown(table: dict[str, dict[str, dict[str, float]]], metric: str) -> str:
+    """Fine-tuned rows × culture columns: `before → after` the row's own calibration map, mean ± std over folds."""
+    columns = list(next(iter(table.values())))
+    rows = {r: cells for r, cells in table.items() if any(f"{metric}_after_mean" in cells[c] for c in columns)}
+    lines = ["| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for row, cells in rows.items():
+        lines.append(f"| {row} | " + " | ".join(f"{_cell(cells[c], f'{metric}_before')} → {_cell(cells[c], f'{metric}_after')}" for c in columns) + " |")
+    return "\n".join(lines) if rows else ""
+
+
+def policy_markdown(table: dict[str, dict[str, dict[str, float]]], action: str) -> str:
+    """Fine-tuned rows × culture columns: held-out precision / recall of one action at the row's thresholds (%)."""
+    columns = list(next(iter(table.values())))
+    rows = {r: cells for r, cells in table.items() if any(f"{action}_precision_n" in cells[c] for c in columns)}
+    lines = ["| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for row, cells in rows.items():
+        text = [" / ".join(_cell(cells[c], f"{action}_{rate}", 100.0, 1) for rate in RATES) for c in columns]
+        lines.append(f"| {row} | " + " | ".join(text) + " |")
+    return "\n".join(lines) if rows else ""
+
+
+def _calibration_section(transfer: dict[str, Any]) -> list[str]:
+    table = transfer["table"]
+    tables = [(name, calibration_markdown(table, metric)) for name, metric in (("ECE", "ece"), ("Brier score", "brier"), ("Log-loss", "log_loss"))]
+    if not any(text for _, text in tables):
+        return []
+    out = [
+        "## Calibration",
+        "",
+        "Each cell: before → after the calibration map the row's fold run fitted on its own head's selection split "
+        "(never the held-out fold), applied once to the held-out memes and judged by the column's labels; ECE over 10 "
+        "equal-width bins on [0, 1] (crossmod.evaluation.calibration); mean ± sample std over folds.",
+        "",
+    ]
+    for name, text in tables:
+        out += [f"### {name}", "", text, ""]
+    return out
+
+
+def _policy_section(transfer: dict[str, Any]) -> list[str]:
+    table, names = transfer["table"], transfer.get("policy") or []
+    sections = [(a, policy_markdown(table, a)) for a in ("act", "review")]
+    if not any(text for _, text in sections):
+        return []
+    out = [
+        f"## Policy ({', '.join(names)}): held-out precision / recall at its thresholds",
+        "",
+        "Each cell: precision / recall (%) of the action on the held-out memes, judged by the column's labels, at the "
+        "thresholds the row's fold run chose for its own head on its selection split (configs/policy/); mean ± sample std "
+        "over the folds where it is defined (— where a target was unreachable on the selection split, or nothing was flagged).",
+        "",
+    ]
+    for action, text in sections:
+        if text:
+            out += [f"### {action}", "", text, ""]
+    return out
+
+
 def transfer_document(transfer: dict[str, Any], threshold: float = THRESHOLD) -> str:
     """culture_transfer.md: how to read the table, then accuracy and AUROC tables and the problems."""
     table, diagonal = transfer["table"], transfer["diagonal"]
@@ -291,6 +428,9 @@ def transfer_document(transfer: dict[str, Any], threshold: float = THRESHOLD) ->
         "selection split) and judged by its labels on the same held-out folds (crossmod.evaluation.baselines)."
         if transfer.get("baselines")
         else "",
+        "",
+        *_calibration_section(transfer),
+        *_policy_section(transfer),
         *[f"- **problem**: {p}" for p in transfer["problems"]],
         "![culture transfer](culture_transfer.png)",
         "",

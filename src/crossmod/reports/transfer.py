@@ -67,6 +67,7 @@ def transfer_report(experiments: FoldResults, root: Path, out: Path) -> dict[str
         "majority": transfer["majority"],
         "diagonal": diagonal,
         "folds": transfer["folds"],
+        "policy": transfer["policy"],
         "zeroshot_answers": str(zeroshot[-1]) if zeroshot else None,
     }
     (out / "culture_transfer.json").write_text(json.dumps(json_safe({**payload, "problems": problems}), indent=1, allow_nan=False))

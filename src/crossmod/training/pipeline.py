@@ -39,6 +39,7 @@ from crossmod.runtime.resolvers import run_variants, task_overrides
 from crossmod.runtime.run_environment import run_environment
 from crossmod.runtime.strategies import with_default_strategy
 from crossmod.runtime.threads import share_cores
+from crossmod.training.callbacks.fold_results import FoldResultWriter
 from crossmod.training.callbacks.interruption import Interrupted, InterruptionCheckpoint
 from crossmod.training.callbacks.rng_states import RngStates
 from crossmod.training.run_status import RunStatus, command_line
@@ -252,6 +253,14 @@ def _metrics(cfg: DictConfig, parts: RunParts, scored: ScoredWeights, final_val:
     }
 
 
+def fold_record(callbacks: list[L.Callback]) -> dict[str, Any] | None:
+    """The fold result this run wrote (a fold run's held-out votes and policy, measured once), or None."""
+    for callback in callbacks:
+        if isinstance(callback, FoldResultWriter) and callback.written is not None:
+            return callback.written
+    return None
+
+
 def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWeights, metrics: dict[str, Any]) -> None:
     """Rank 0: the manifest, metrics.json (with the threshold chosen on the selection set, and eval_data's scores) and
     the per-culture table."""
@@ -262,12 +271,19 @@ def _write_run(cfg: DictConfig, run_dir: Path, parts: RunParts, scored: ScoredWe
     if (run_dir / "predictions" / "test.csv").is_file():  # which memes to send to review: the cultures' disagreement
         test = read_predictions(run_dir / "predictions" / "test.csv")
         metrics["abstention"] = abstention_on_test(metrics["selection_threshold"], test, cfg.get("abstention") or "spread")
-        datamodule, heads = parts.datamodule, parts.model.heads
-        votes = votes_on_test(test[0], lambda: datamodule.stage_records("train"), datamodule.stage_records("test"), heads)
+        datamodule, heads, written = parts.datamodule, parts.model.heads, fold_record(trainer.callbacks)
+        if written is not None:  # a fold run: its fold result measured them, on the same predictions
+            votes = written.get("votes")
+        else:
+            votes = votes_on_test(test[0], lambda: datamodule.stage_records("train"), datamodule.stage_records("test"), heads)
         if votes is not None:  # the held-out memes' annotators voted: the soft metrics and the cultures' disagreement
             metrics["votes"] = votes
     if cfg.get("policy"):  # the moderation policy's thresholds, chosen on val per culture (configs/policy/)
-        metrics["policy"] = policy_on_selection(run_dir / "predictions", OmegaConf.to_container(cfg.policy, resolve=True))
+        written = fold_record(trainer.callbacks)
+        if written is not None and "policy" in written:
+            metrics["policy"] = written["policy"]
+        else:
+            metrics["policy"] = policy_on_selection(run_dir / "predictions", OmegaConf.to_container(cfg.policy, resolve=True))
     write_metrics(run_dir, metrics)
     if cfg.get("plots", True):
         from crossmod.results.run_figures import write_run_figures

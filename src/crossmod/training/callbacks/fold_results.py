@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
+from omegaconf import DictConfig, OmegaConf
 
 from crossmod.artifacts.runs import nest
 from crossmod.evaluation.abstention import abstention_on_test
 from crossmod.evaluation.alignment import read_predictions
 from crossmod.evaluation.predictions import read_prediction_columns
 from crossmod.evaluation.summary import json_safe
-from crossmod.evaluation.thresholds import calibration_on_selection, threshold_on_selection
+from crossmod.evaluation.thresholds import calibration_on_selection, policy_on_selection, threshold_on_selection
 from crossmod.results.baselines import read as read_baselines
 from crossmod.results.votes import votes_on_test
 
@@ -62,15 +64,18 @@ class FoldResultWriter(L.Callback):
         predictions: str = "predictions/test.csv",
         calibration: str = "temperature",
         abstention: str = "spread",
+        policy: Mapping[str, Any] | None = None,
     ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"FoldResultWriter: mode must be 'max' or 'min', got {mode!r}")
         self.dirpath, self.experiment = Path(dirpath), experiment
         self.calibration, self.abstention = calibration, abstention
+        self.policy = OmegaConf.to_container(policy, resolve=True) if isinstance(policy, DictConfig) else policy  # configs/policy/: its thresholds, chosen on the selection split
         self.fold, self.num_folds, self.monitor, self.mode = fold, num_folds, monitor, mode
         self.predictions = self.dirpath / predictions
         self.history: list[dict[str, Any]] = []
         self.selection_scores: dict[str, float] = {}
+        self.written: dict[str, Any] | None = None  # the last fold result written: the run's record reuses its votes
         self._stage: str | None = None
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
@@ -135,12 +140,15 @@ class FoldResultWriter(L.Callback):
             "abstention": abstention_on_test(threshold, read_predictions(self.predictions), self.abstention),
             # the baselines on the same memes (majority, TF-IDF, probe), measured before fit (src/crossmod/results/baselines.py)
             "baselines": baseline_scores(self.dirpath),
+            # per culture, each action's threshold chosen on the selection split and the held-out rates at it
+            **({"policy": policy_on_selection(self.predictions.parent, self.policy)} if self.policy else {}),
             # the soft metrics per culture beside the constant baseline, and the cultures' disagreement (votes only)
             **({"votes": votes} if votes else {}),
         }
         path = self.dirpath / FILENAME
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(json_safe(payload), allow_nan=False))
+        self.written = payload
         return path
 
     def state_dict(self) -> dict[str, Any]:
