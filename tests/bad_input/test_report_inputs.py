@@ -191,6 +191,25 @@ def _broken(case: str) -> tuple[str, str]:
     if case == "abstention_without_rule":
         result["abstention"] = {"heads": {"US": abstained}, "mean": abstained}
         return json.dumps(result), "abstention needs a rule"
+    if case == "calibrator_unknown_method":  # Table 11 applies the map: one a file names must be one crossmod fits
+        row = {"temperature": 1.2, "calibrator": {"method": "os.system", "temperature": 1.2}, "before": calibrated, "after": calibrated}
+        result["calibration"] = {"heads": {"US": row}, "mean": {"before": calibrated, "after": calibrated}}
+        return json.dumps(result), "calibration.heads.US.calibrator.method"
+    if case == "isotonic_knots_strings":
+        map_ = {"method": "isotonic", "knots_in": ["0", "1"], "knots_out": [0.0, 1.0]}
+        row = {"temperature": 1.2, "calibrator": map_, "before": calibrated, "after": calibrated}
+        result["calibration"] = {"heads": {"US": row}, "mean": {"before": calibrated, "after": calibrated}}
+        return json.dumps(result), "calibration.heads.US.calibrator.knots_in"
+    chosen = {"action": "act", "threshold": 0.7, "reached": 0.9, "test": {"precision": 0.8, "recall": 0.4}}
+    if case == "policy_threshold_a_string":
+        result["policy"] = {"name": "cautious", "rule": "r", "heads": {"US": {"act": {**chosen, "threshold": "0.7"}}}}
+        return json.dumps(result), "policy.heads.US.act needs a threshold"
+    if case == "policy_unreachable_without_why":
+        result["policy"] = {"name": "cautious", "rule": "r", "heads": {"US": {"review": {"action": "review"}}}}
+        return json.dumps(result), "policy.heads.US.review has neither a threshold nor"
+    if case == "policy_unknown_action":
+        result["policy"] = {"name": "cautious", "rule": "r", "heads": {"US": {"delete_account": chosen}}}
+        return json.dumps(result), "policy.heads.US.delete_account is not an action"
     raise AssertionError(case)
 
 
@@ -201,6 +220,8 @@ CASES = [
     "threshold_nan",
     *("temperature_zero", "ece_above_one", "calibration_without_heads"),
     *("aurc_a_string", "abstention_without_rule"),
+    *("calibrator_unknown_method", "isotonic_knots_strings"),
+    *("policy_threshold_a_string", "policy_unreachable_without_why", "policy_unknown_action"),
 ]
 
 

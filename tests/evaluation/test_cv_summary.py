@@ -165,3 +165,28 @@ def test_abstention_is_averaged_over_folds_only_when_every_fold_has_it():
     del results[1]["abstention"]
     summary = summarise(results, pool_out_of_fold(results))
     assert summary["abstention"] is None and "Abstention on the held-out folds" not in cv_markdown("x", [0, 1], [], summary)
+
+
+def test_the_policys_thresholds_and_held_out_rates_are_averaged_over_folds_with_unreachable_ones_counted():
+    def chose(act: float | None, precision: float | None) -> dict:
+        acting = (
+            {"action": "act", "threshold": act, "reached": 0.9, "test": {"precision": precision, "recall": 0.5}}
+            if act is not None
+            else {"action": "act", "target": "precision", "goal": 0.9, "why": "no threshold reaches precision 0.9"}
+        )
+        review = {"action": "review", "threshold": 0.2, "reached": 0.96, "test": {"precision": 0.5, "recall": 1.0}}
+        return {"name": "cautious", "targets": {"act": {"precision": 0.9}}, "rule": "per culture …", "heads": {"US": {"act": acting, "review": review}}}
+
+    results = {0: _fold(0, "inner", 0.8, FOLD0), 1: _fold(1, "inner", 0.6, FOLD1), 2: _fold(2, "inner", 0.7, FOLD1)}
+    results[0]["policy"], results[1]["policy"], results[2]["policy"] = chose(0.7, 1.0), chose(0.8, 0.5), chose(None, None)
+    summary = summarise(results, pool_out_of_fold(results))
+    metrics = summary["policy"]["metrics"]
+    # act's threshold over the two folds that reached it: 0.75 ± 0.0707; its held-out precision 0.75 ± 0.354
+    assert metrics["cv/US/act_threshold_mean"] == pytest.approx(0.75) and metrics["cv/US/act_threshold_std"] == pytest.approx(math.sqrt(0.005))
+    assert metrics["cv/US/act_precision_mean"] == pytest.approx(0.75) and metrics["cv/US/act_unreachable_mean"] == pytest.approx(1 / 3)
+    text = cv_markdown("x", [0, 1, 2], [], summary)
+    assert "Policy **cautious**" in text
+    assert "| US | act | 0.750 ± 0.071 | 0.900 ± 0.000 | 0.750 ± 0.354 | 0.500 ± 0.000 | 1 of 3 |" in text
+    assert "| US | review | 0.200 ± 0.000 | 0.960 ± 0.000 | 0.500 ± 0.000 | 1.000 ± 0.000 | 0 of 3 |" in text
+    results[2]["policy"]["name"] = "strict"  # folds of two policies: nothing averaged across them
+    assert summarise(results, pool_out_of_fold(results))["policy"] is None

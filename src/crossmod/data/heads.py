@@ -82,7 +82,8 @@ def label_tensors(features: list[dict[str, Any]], heads: dict[str, Head]) -> dic
 
 def head_votes(sample: Mapping[str, Any]) -> dict[str, list[int]]:
     """A sample's annotator votes per head, `{head: [hate votes, votes]}`, where its source gives them
-    (`meta.head_votes`: Multi3Hate's raw annotations, each culture's own annotator pool); empty otherwise."""
+    (`meta.head_votes`: Multi3Hate's raw annotations, each culture's own annotator pool; MHC's `label_annotated`);
+    empty otherwise."""
     return dict((sample.get("meta") or {}).get("head_votes") or {})
 
 

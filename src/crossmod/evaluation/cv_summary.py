@@ -197,6 +197,66 @@ def summarise_abstention(results: Mapping[int, FoldResult]) -> dict[str, Any] | 
     return {"rule": recorded[0]["rule"], "metrics": prefixed_mean_std(_every_fold(per_fold), "cv")}
 
 
+POLICY_ACTIONS = ("act", "review")
+
+
+def _policy_scores(recorded: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Head → per action its threshold, the precision or recall it reached on the selection split and the held-out
+    fold's precision and recall at it (None where the target was unreachable there, or nothing was flagged)."""
+    rows: dict[str, dict[str, float | None]] = {}
+    for head, actions in (recorded.get("heads") or {}).items():
+        row: dict[str, float | None] = {}
+        for action in POLICY_ACTIONS:
+            chosen = actions.get(action)
+            if chosen is None:
+                continue
+            held_out = chosen.get("test") or {}
+            row[f"{action}_threshold"] = chosen.get("threshold")
+            row[f"{action}_reached"] = chosen.get("reached")
+            row[f"{action}_unreachable"] = 0.0 if "threshold" in chosen else 1.0
+            row[f"{action}_precision"], row[f"{action}_recall"] = held_out.get("precision"), held_out.get("recall")
+        rows[head] = row
+    return rows
+
+
+def summarise_policy(results: Mapping[int, FoldResult]) -> dict[str, Any] | None:
+    """Per culture and action, mean ± sample std over folds of each fold's policy threshold (chosen on its selection
+    split) and of the held-out precision and recall at it (over the folds where they are defined), with the share of
+    folds whose selection split could not meet the target; None unless every fold recorded the same policy."""
+    recorded = [r.get("policy") or {} for r in results.values()]
+    if not recorded or not all(r.get("heads") for r in recorded) or len({r.get("name") for r in recorded}) != 1:
+        return None
+    return {
+        "name": recorded[0]["name"],
+        "targets": recorded[0].get("targets"),
+        "rule": recorded[0]["rule"],
+        "metrics": prefixed_mean_std(_every_fold([_policy_scores(r) for r in recorded]), "cv"),
+        "folds": len(recorded),
+    }
+
+
+def policy_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
+    """Per culture and action, the folds' thresholds and the held-out precision / recall at them (means over folds)."""
+    policy = result.get("policy")
+    if not policy:
+        return []
+    metrics = policy["metrics"]
+    cell = functools.partial(_mean_std_cell, metrics)
+    targets = ", ".join(f"{a}: {t}" for a, t in (policy.get("targets") or {}).items())
+    lines = ["", f"Policy **{shown(policy['name'])}** ({shown(targets)}) on the held-out folds, at each fold's own thresholds (means over folds):", ""]
+    lines += ["| head | action | threshold | reached on selection | held-out precision | held-out recall | folds unreachable |", "|---|---|---|---|---|---|---|"]
+    for head in heads:
+        for action in POLICY_ACTIONS:
+            share = metrics.get(f"cv/{head}/{action}_unreachable_mean")
+            if share is None:
+                continue
+            names = ("threshold", "reached", "precision", "recall")
+            unreachable = round(share * policy["folds"])
+            lines.append(f"| {head} | {action} | " + " | ".join(cell(head, f"{action}_{n}") for n in names) + f" | {unreachable} of {policy['folds']} |")
+    lines += ["", f"Rule: {shown(policy['rule'])}, each fold's own; a target a fold's selection split cannot meet is never taken there."]
+    return lines
+
+
 def _mean_std_cell(metrics: Mapping[str, float | None], head: str, name: str) -> str:
     """`mean ± std` over folds of one head's score, or — where no fold defined it."""
     mean, std = metrics.get(f"cv/{head}/{name}_mean"), metrics.get(f"cv/{head}/{name}_std")
@@ -311,6 +371,7 @@ def summarise(results: Mapping[int, FoldResult], oof: PooledOOF) -> dict[str, An
         "calibration": summarise_calibration(results),
         "abstention": summarise_abstention(results),
         "votes": summarise_votes(results),
+        "policy": summarise_policy(results),
         "pooled_oof_auroc": {head: row[head] for head, row in alignment.items() if head in row},  # own labels, all folds pooled
         "alignment": alignment,
         "oof_samples": oof.samples,
@@ -393,6 +454,7 @@ def cv_markdown(name: str, folds: list[int], problems: list[str], result: dict[s
     lines += calibration_markdown(result, heads)
     lines += abstention_markdown(result, heads)
     lines += votes_markdown(result, heads)
+    lines += policy_markdown(result, heads)
     if not result["alignment"]:
         return "\n".join([*lines, "", "No binary heads: no pooled ROC or alignment matrix.", ""])
     lines += ["", f"Alignment (AUROC of each head's scores against each culture's labels; {BEST} = best culture; no test):", ""]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from crossmod.data.paths import OutsideRoot, ensure_within, resolve_within
+from crossmod.evaluation.calibration import check_calibrator
 from crossmod.evaluation.cv_summary import check_folds, check_rules, check_scored, cv_markdown, pool_out_of_fold, summarise
 from crossmod.evaluation.plots import alignment_heatmap, roc_figure
 from crossmod.evaluation.predictions import labelled_pairs
@@ -104,6 +105,7 @@ def read_fold_result(path: Path) -> dict[str, Any]:
     _check_calibration(result, path)
     _check_abstention(result, path)
     _check_votes(result, path)
+    _check_policy(result, path)
     _check_baselines(result, path)
     columns = _field(result, path, "oof_predictions", dict)
     lengths = {column: len(columns[column]) if isinstance(columns.get(column), list) else None for column in COLUMNS}
@@ -189,6 +191,32 @@ def _check_votes(result: dict[str, Any], path: Path) -> None:
                 raise ReportInputError(f"{path}: votes.heads.{head}.{side} needs a cross-entropy ≥ 0 and a JSD in [0, 1]", FIX)
 
 
+def _check_policy(result: dict[str, Any], path: Path) -> None:
+    """`policy` (optional: runs without one lack it): {name, rule, heads: {head: {action: {threshold in [0, 1], reached,
+    test: {precision, recall}} or {why}}}}, each rate in [0, 1] or null."""
+    recorded = _field(result, path, "policy", dict, optional=True)
+    if recorded is None:
+        return
+    heads = recorded.get("heads")
+    if not isinstance(heads, dict) or not isinstance(recorded.get("name"), str) or not isinstance(recorded.get("rule"), str):
+        raise ReportInputError(f"{path}: policy needs a name, a rule and a heads object", FIX)
+    for head, actions in heads.items():
+        if not isinstance(actions, dict):
+            raise ReportInputError(f"{path}: policy.heads.{head} is not an object", FIX)
+        for action, chosen in actions.items():
+            where = f"policy.heads.{head}.{action}"[:200]
+            if action not in ("act", "review") or not isinstance(chosen, dict):
+                raise ReportInputError(f"{path}: {where} is not an action (act or review) with an object", FIX)
+            if "threshold" not in chosen:
+                if not isinstance(chosen.get("why"), str):
+                    raise ReportInputError(f"{path}: {where} has neither a threshold nor the reason it has none (why)", FIX)
+                continue
+            held_out = chosen.get("test")
+            rates = [chosen.get("threshold"), chosen.get("reached")] + ([held_out.get(k) for k in ("precision", "recall")] if isinstance(held_out, dict) else [])
+            if chosen.get("threshold") is None or not isinstance(held_out, dict) or not all(_score("rate", v) for v in rates):
+                raise ReportInputError(f"{path}: {where} needs a threshold, reached and test precision / recall in [0, 1]", FIX)
+
+
 def _check_calibration(result: dict[str, Any], path: Path) -> None:
     """`calibration` (optional: older files lack it): {rule, bins, heads: {head: {temperature > 0, before, after}},
     mean: {before, after}}, each before/after an object of ECE and Brier in [0, 1] and a log-loss ≥ 0."""
@@ -201,6 +229,11 @@ def _check_calibration(result: dict[str, Any], path: Path) -> None:
     for where, row in {**{f"heads.{h}": r for h, r in heads.items()}, "mean": recorded["mean"]}.items():
         if not isinstance(row, dict):
             raise ReportInputError(f"{path}: calibration.{where} is not an object", FIX)
+        if where != "mean" and "calibrator" in row:  # the map Table 11 applies to the held-out probabilities
+            try:
+                check_calibrator(row["calibrator"])
+            except ValueError as error:
+                raise ReportInputError(f"{path}: calibration.{where}.{error}", FIX) from None
         if where != "mean":
             temperature = row.get("temperature")
             if not (_number(temperature) and temperature is not None and 0 < temperature < float("inf")):

@@ -107,6 +107,7 @@ def test_mhc_text_only_cases_with_functional_meta(tmp_path):
     assert german.group == got["mhc/german-4"].group == "mhc/de/templ-2"  # one template, one fold group
     assert dutch.meta["gender_male"] is None and dutch.meta["functionality"] == "derog_neg_emote_h"
     assert german.meta["label_annotated"] == ["hateful", "hateful", "non-hateful"]
+    assert german.meta["head_votes"] == {"hateful": [2, 3]}  # the annotators' votes, beside the gold label (0 here)
     assert german.meta["disagreement_in_case"] is False and got["mhc/german-2"].meta["disagreement_in_case"] is True
     assert {s.lang for s in samples(source("mhc", raw, languages=["nl"])).values()} == {"nl"}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import csv
 import os
 from collections import Counter
 from pathlib import Path
@@ -26,3 +28,11 @@ def test_real_mhc_matches_the_study(tmp_path):
     assert len(functionalities) == 34
     by_functionality = {f: {r["labels"]["hateful"] for r in records if r["meta"]["functionality"] == f} for f in functionalities}
     assert all(len(labels) == 1 for labels in by_functionality.values())  # one gold label per functionality
+    # the three annotators' votes per case (label_annotated), counted independently of the converter
+    expected = {}
+    for path in MHC_DIR.glob("hatecheck_cases_final_*.csv"):
+        for row in csv.DictReader(path.open(encoding="utf-8")):
+            annotated = ast.literal_eval(row["label_annotated"])
+            expected[f"mhc/{row['mhc_case_id']}"] = [annotated.count("hateful"), len(annotated)]
+    assert {r["id"]: r["meta"]["head_votes"]["hateful"] for r in records} == expected
+    assert sum(0 < hate < total for hate, total in expected.values()) == 7_802  # the cases the annotators split on

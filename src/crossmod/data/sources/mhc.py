@@ -2,7 +2,9 @@
 
 One binary head `hateful` (`label_gold`: hateful / non-hateful). The functional-test fields
 (functionality, target_ident, case_templ or the gendered templates, disagreement flags …) go to
-`meta` for the per-functionality reports. Dutch and Mandarin have no gender columns; Italian and
+`meta` for the per-functionality reports. `label_annotated` (each case's three annotators' labels) also gives the
+head's votes (`meta.head_votes`: [hateful votes, votes]), what `model/objective=soft_votes` trains on and the soft
+metrics score; a list holding a label other than the two is kept as written and gives no votes. Dutch and Mandarin have no gender columns; Italian and
 Spanish leave `case_templ` empty and use `gender_male` / `gender_female` instead. MHC is an
 evaluation set without splits: cross-validate with `fold=k`. Cases built from one template in one
 language share a fold group, so a template's variants never sit on both sides of a fold.
@@ -57,6 +59,13 @@ def _flag(value: str | None) -> bool | None:
     return {"true": True, "false": False, "1": True, "0": False}.get(text)
 
 
+def _votes(annotated: list[str] | str | None) -> list[int] | None:
+    """[hateful votes, votes] of the annotators' labels; None unless every label is one of the two."""
+    if not isinstance(annotated, list) or not annotated or any(v.strip().casefold() not in LABELS for v in annotated):
+        return None
+    return [sum(LABELS[v.strip().casefold()] for v in annotated), len(annotated)]
+
+
 def _annotations(value: str | None) -> list[str] | str | None:
     """`"['hateful', 'hateful', 'non-hateful']"` → a list (the raw text when it is no literal list)."""
     if not value or not value.strip():
@@ -72,7 +81,7 @@ class MHCSource(RawSource):
     """Converts the Multilingual HateCheck test cases (all languages found, or `languages`)."""
 
     name = "mhc"
-    version = 1
+    version = 2  # 2: head_votes from label_annotated
     heads = {"hateful": {"kind": "binary"}}
 
     def __init__(self, raw_dir: str | Path, languages: list[str] | None = None, on_error: str = "raise") -> None:
@@ -133,6 +142,9 @@ class MHCSource(RawSource):
         meta: dict[str, Any] = {key: (row.get(key) or "").strip() or None for key in OPTIONAL if key not in FLAGS}
         meta["functionality"] = row["functionality"].strip()
         meta["label_annotated"] = _annotations(row.get("label_annotated"))
+        votes = _votes(meta["label_annotated"])
+        if votes is not None:  # the annotators' votes on the one head (src/crossmod/data/heads.py head_votes)
+            meta["head_votes"] = {"hateful": votes}
         meta.update({key: _flag(row.get(key)) for key in FLAGS})
         return Sample(
             id=f"mhc/{case_id}",
