@@ -16,7 +16,7 @@ from torch import nn
 from crossmod.data.heads import parse_heads
 from crossmod.models.backbone import Adapters, Backbone, Generative, checked_backbone
 from crossmod.models.module import with_components
-from crossmod.models.objectives import RGCL, CrossEntropy, SoftVotes
+from crossmod.models.objectives import RGCL, AnnotatorGroups, CrossEntropy, SoftVotes
 from crossmod.models.retrieval.bank import Bank, rgcl_objective
 from crossmod.models.retrieval.settings import RetrievalSettings
 from crossmod.models.scoring_rules import HeadScores, RetrievalVote
@@ -29,7 +29,13 @@ def test_the_config_names_the_components():
     """Each config in configs/model/{objective,scoring}/ builds its component, settings checked as it is built; an older
     config's flags (`rgcl`, `classify`) become the components they chose."""
     built = {p.stem: instantiate(yaml.safe_load(p.read_text())) for p in sorted((CONFIGS / "objective").glob("*.yaml"))}
-    assert built == {"cross_entropy": CrossEntropy(), "rgcl": RGCL(weight=0.5, loss="nll", temperature=1.0, margin=0.1), "soft_votes": SoftVotes()}
+    assert built == {
+        "cross_entropy": CrossEntropy(),
+        "rgcl": RGCL(weight=0.5, loss="nll", temperature=1.0, margin=0.1),
+        "soft_votes": SoftVotes(),
+        "annotator_groups": AnnotatorGroups(by="annotator"),
+    }
+    assert built["annotator_groups"].needs_votes and built["annotator_groups"].groups is None  # found by the run
     assert built["rgcl"].needs_bank and built["rgcl"].needs_embedding and not CrossEntropy().needs_bank
     scoring = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((CONFIGS / "scoring").glob("*.yaml"))}
     assert instantiate(scoring["head"]) == HeadScores() and not HeadScores().needs_bank
@@ -94,7 +100,10 @@ def test_soft_votes_is_each_heads_cross_entropy_against_its_vote_share_on_the_me
     losses = SoftVotes()(model, {**BATCH, "vote_shares": shares})
     logits = model.head_logits(BATCH)["US"]
     voted = [0, 2, 3]  # meme 1 has no US votes; DE voted on none: its head adds 0, the mean is over both heads
-    by_hand = sum(-(s * math.log(torch.sigmoid(logits[i]).item()) + (1 - s) * math.log(1 - torch.sigmoid(logits[i]).item())) for i, s in zip(voted, (0.25, 1.0, 0.5)))
+    by_hand = sum(
+        -(s * math.log(torch.sigmoid(logits[i]).item()) + (1 - s) * math.log(1 - torch.sigmoid(logits[i]).item()))
+        for i, s in zip(voted, (0.25, 1.0, 0.5))
+    )
     assert losses["train/loss"].item() == pytest.approx(by_hand / 3 / 2, rel=1e-5)
     losses["train/loss"].backward()
     grad = model.features.grad  # US's logit is column 0, DE's column 1

@@ -29,6 +29,7 @@ from crossmod.artifacts.bases import (
 )
 from crossmod.artifacts.export_readme import readme
 from crossmod.data.cache_files import save_weights, shared_permissions
+from crossmod.data.heads import GROUP_SEPARATOR
 from crossmod.data.shards import write_json_atomic
 from crossmod.models.backbone import Generative
 from crossmod.models.module import MemeClassifier
@@ -244,6 +245,9 @@ def _write_culture(
     # Where the training machine kept its image features is not the exported model's business: an export scores each
     # meme once, so it runs the tower (src/crossmod/models/vlm/cached_vision.py)
     (model_cfg.get("fusion") or {}).pop("vision_cache_dir", None)
+    objective = model_cfg.get("objective") or {}
+    if objective.get("groups"):  # annotator_groups: the culture's own group heads, the rows its head file holds
+        model_cfg["objective"] = {**objective, "groups": [g for g in objective["groups"] if g.split(GROUP_SEPARATOR, 1)[0] == culture]}
     notes, base_provenance = portable_bases(model_cfg, out, ship_base_mb)
     for note in notes:
         print(f"[export] {culture}: {note}")

@@ -96,3 +96,25 @@ def vote_shares(features: list[dict[str, Any]], heads: dict[str, Head]) -> dict[
             counts = [f.get("votes", {}).get(name) or (0, 0) for f in features]
             shares[name] = torch.tensor([hate / total if total else float("nan") for hate, total in counts], dtype=torch.float32)
     return shares
+
+
+GROUP_SEPARATOR = "|"  # `<head>|<grouping>=<value>`: one annotator group's key among a head's
+
+
+def group_votes(sample: Mapping[str, Any], grouping: str | None = None) -> dict[str, list[int]]:
+    """A sample's votes per annotator group, `{"<head>|<grouping>=<value>": [hate votes, votes]}` (`meta.group_votes`:
+    Multi3Hate's raw annotations, each culture's annotators by User ID and by attribute), only `grouping`'s if given."""
+    found = (sample.get("meta") or {}).get("group_votes") or {}
+    return {
+        f"{head}{GROUP_SEPARATOR}{group}": list(counts)
+        for head, groups in found.items()
+        for group, counts in groups.items()
+        if grouping is None or group.split("=", 1)[0] == grouping
+    }
+
+
+def group_counts(features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """A batch's votes per annotator group present in it: key → [memes, 2] (hate votes, votes), zeros where a meme's
+    annotators hold no one of that group; what `annotator_groups` trains each group's head on."""
+    keys = sorted({key for f in features for key in f.get("group_votes", {})})
+    return {key: torch.tensor([f.get("group_votes", {}).get(key) or (0, 0) for f in features], dtype=torch.float32) for key in keys}

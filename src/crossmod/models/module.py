@@ -7,6 +7,7 @@ datamodule needs it before any weights exist.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import re
@@ -26,8 +27,8 @@ from crossmod.data.even_batches import FILLER
 from crossmod.data.heads import Head, parse_heads
 from crossmod.evaluation.metrics import HeadMetrics
 from crossmod.models.backbone import Backbone, checked_backbone
-from crossmod.models.heads import HeadLayers, masked_loss
-from crossmod.models.objectives import Objective
+from crossmod.models.heads import GroupHeadLayers, HeadLayers, masked_loss
+from crossmod.models.objectives import AnnotatorGroups, Objective
 from crossmod.models.retrieval.bank import Bank
 from crossmod.models.retrieval.settings import RetrievalSettings
 from crossmod.models.scoring_rules import RetrievalVote, ScoringRule
@@ -150,8 +151,13 @@ class MemeClassifier(L.LightningModule):
         self.retrieval_settings = RetrievalSettings.of(self.hparams.retrieval)
         if self.objective.needs_votes and any(not head.is_binary for head in self.heads.values()):
             raise ValueError(
-                f"soft_votes trains binary heads on vote shares; {[n for n, h in self.heads.items() if not h.is_binary]} are not"
+                f"{type(self.objective).__name__} trains binary heads on the annotators' votes; "
+                f"{[n for n, h in self.heads.items() if not h.is_binary]} are not"
             )
+        if isinstance(self.objective, AnnotatorGroups):  # batches carry the votes of the objective's grouping
+            if not hasattr(self.preprocessor, "grouping"):
+                raise ValueError(f"model/objective=annotator_groups: {type(self.preprocessor).__name__} carries no annotator groups")
+            self.preprocessor.grouping = self.objective.by
         if self.uses_embedding and any(not head.is_binary for head in self.heads.values()):
             raise ValueError(
                 f"RGCL and retrieval classification need binary heads; {[n for n, h in self.heads.items() if not h.is_binary]} are not"
@@ -197,7 +203,13 @@ class MemeClassifier(L.LightningModule):
             self._transformers_zero3 = tell_transformers(config)
         encoders = {name: instantiate(self.hparams[name]) for name in ("text", "image") if self.hparams.get(name)}
         self.backbone = checked_backbone(instantiate(self.hparams.fusion, **encoders))
-        if self.backbone.output_dim:  # None: late fusion and a verbalizer return logits per head themselves
+        if self.backbone.output_dim and isinstance(self.objective, AnnotatorGroups):  # a head per annotator group
+            if not self.objective.groups:
+                raise ValueError("model/objective=annotator_groups: no groups yet (the run finds them in its training memes' votes)")
+            self.head_layers = GroupHeadLayers(self.backbone.output_dim, self.heads, list(self.objective.groups), self.hparams.head_dropout)
+        elif isinstance(self.objective, AnnotatorGroups):
+            raise ValueError(f"{type(self.backbone).__name__} returns logits per modality, no shared features for annotator group heads")
+        elif self.backbone.output_dim:  # None: late fusion and a verbalizer return logits per head themselves
             self.head_layers = HeadLayers(self.backbone.output_dim, self.heads, self.hparams.head_dropout)
         elif self.uses_embedding:
             raise ValueError(f"{type(self.backbone).__name__} returns logits per modality, no shared meme embedding for RGCL or retrieval")
@@ -236,6 +248,18 @@ class MemeClassifier(L.LightningModule):
         """The head layers' logits from the backbone's features (a backbone whose embedding stops before its last
         activation, e.g. CLIP fusion under RGCL, applies the rest in `head_input`)."""
         return self.head_layers(self.backbone.head_input(features))
+
+    def group_logits(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Each annotator group's logit, [memes, groups] (annotator_groups' heads)."""
+        return self.head_layers.group_logits(self.backbone.head_input(self.embed(batch)))
+
+    def with_groups(self, groups: list[str]) -> None:
+        """The annotator groups the heads are built for (found in the training memes before the model is built), kept
+        in the hyperparameters so a checkpoint or an export rebuilds the same rows."""
+        if self.backbone is not None:
+            raise RuntimeError("the classifier is already built: its group heads are fixed")
+        self.objective = dataclasses.replace(self.objective, groups=tuple(groups))
+        self.hparams.objective = {**self.hparams.objective, "groups": list(groups)}
 
     def embed(self, batch: dict[str, Any]) -> torch.Tensor:
         """The meme embedding RGCL and retrieval work in: the features the head layers read."""

@@ -4,7 +4,8 @@
 every model's default); `RGCL`, the joint (1 − w)·cross-entropy + w·RGCL of Mei et al. (ACL 2024), mined from the
 retrieval bank of training memes (`model/objective=rgcl`); or `SoftVotes`, each culture's head trained on its annotators'
 vote share instead of their majority (`model/objective=soft_votes`; soft-label training as in the LeWiDi shared tasks,
-Uma et al., JAIR 2021). The classifier calls `objective(model, batch)` and logs what it returns; it never asks
+Uma et al., JAIR 2021); or `AnnotatorGroups`, a head per annotator or annotator group within each culture
+(`model/objective=annotator_groups`; Davani et al., TACL 2022). The classifier calls `objective(model, batch)` and logs what it returns; it never asks
 which objective it holds. Another objective is a class here with the same call, listed in
 src/crossmod/models/trusted_targets.py, and a config beside the two.
 """
@@ -69,6 +70,36 @@ class SoftVotes:
             per_meme = F.binary_cross_entropy_with_logits(logits[name].float(), target, reduction="none")
             losses.append((per_meme * voted).sum() / voted.sum().clamp(min=1))
         return {"train/loss": torch.stack(losses).mean()}
+
+
+@dataclass(frozen=True)
+class AnnotatorGroups:
+    """Davani et al. (TACL 2022), "Dealing with Disagreements: Looking Beyond the Majority Vote in Subjective
+    Annotations": a head per annotator (`by=annotator`, their multi-task model) or per group of annotators sharing an
+    attribute the release gives (`by=sex`, `age`, `education`, `party`, `ethnicity`), within each culture; each culture's
+    probability is the mean of its groups' (src/crossmod/models/heads.py GroupHeadLayers). The loss is the
+    cross-entropy of every vote against its group's head (a group's [hate, total] votes on a meme weigh `total`), masked
+    where a group did not vote. `groups` are the training memes' (found before fit, kept in the checkpoint)."""
+
+    by: str = "annotator"
+    groups: tuple[str, ...] | None = None
+    needs_bank: bool = False
+    needs_embedding: bool = False
+    needs_votes: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.by, str) or not self.by.isidentifier():
+            raise ValueError(f"model.objective.by names a grouping (annotator, sex, age, education, party, ethnicity), not {self.by!r}")
+
+    def __call__(self, model: MemeClassifier, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        logits = model.group_logits(batch)  # [memes, groups]
+        counts = batch["group_votes"]
+        empty = torch.zeros(logits.shape[0], 2, device=logits.device)
+        votes = torch.stack([counts.get(key, empty) for key in self.groups], dim=1)  # [memes, groups, (hate, total)]
+        hate, total = votes[..., 0], votes[..., 1]
+        share = torch.where(total > 0, hate / total.clamp(min=1), torch.zeros_like(total))
+        per_group = F.binary_cross_entropy_with_logits(logits, share, reduction="none")
+        return {"train/loss": (per_group * total).sum() / total.sum().clamp(min=1)}
 
 
 class RGCL:

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from transformers import AutoImageProcessor, AutoTokenizer
 
-from crossmod.data.heads import HeadSpecs, head_votes, label_tensors, parse_heads, vote_shares
+from crossmod.data.heads import HeadSpecs, group_counts, group_votes, head_votes, label_tensors, parse_heads, vote_shares
 from crossmod.models.model_folders import refuse_shipped_code
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class MemePreprocessor:
             raise ValueError("give image_model (timm transform) or image_processor (Hugging Face folder), not both")
         self.heads = parse_heads(heads)
         self.max_length = max_length
+        self.grouping: str | None = None  # the annotator grouping whose votes batches carry (set by annotator_groups)
         if tokenizer:
             refuse_shipped_code(tokenizer)
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False) if tokenizer else None
@@ -101,6 +102,8 @@ class MemePreprocessor:
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         features: dict[str, Any] = {"id": sample["id"], "labels": sample["labels"], "votes": head_votes(sample)}
+        if self.grouping is not None:  # annotator_groups: the votes of its grouping's groups
+            features["group_votes"] = group_votes(sample, self.grouping)
         if self.tokenizer is not None:
             features["text"] = sample["text"]
         if self.pixels is not None:
@@ -118,4 +121,6 @@ class MemePreprocessor:
             batch["pixel_values"] = self.pixels.batch([f["pixel_values"] for f in features])
         batch["labels"] = label_tensors(features, self.heads)
         batch["vote_shares"] = vote_shares(features, self.heads)
+        if self.grouping is not None:
+            batch["group_votes"] = group_counts(features)
         return batch

@@ -44,6 +44,7 @@ TRUSTED_TARGETS = frozenset(
         "crossmod.models.objectives.CrossEntropy",
         "crossmod.models.objectives.RGCL",
         "crossmod.models.objectives.SoftVotes",
+        "crossmod.models.objectives.AnnotatorGroups",
         "crossmod.models.scoring_rules.HeadScores",
         "crossmod.models.scoring_rules.RetrievalVote",
         # optimizers and learning-rate schedules

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from crossmod.data.heads import Head, head_votes
+from crossmod.data.heads import GROUP_SEPARATOR, Head, group_votes, head_votes
 from crossmod.evaluation.soft_labels import disagreement, soft_scores
 from crossmod.runtime.user_errors import UserError
 
@@ -40,6 +40,22 @@ def check_training_votes(records: list[dict[str, Any]], heads: dict[str, Head], 
             "train with model/objective=cross_entropy, or on a dataset whose source gives per-annotator votes",
             "model.objective",
         )
+
+
+def training_groups(records: list[dict[str, Any]], heads: dict[str, Head], by: str, dataset: str) -> list[str]:
+    """The annotator groups of `by` that voted on the training memes, `<head>|<by>=<value>` sorted: the group heads
+    `annotator_groups` builds. A binary head none of whose training memes has such a vote is refused by name."""
+    found = sorted({key for record in records for key in group_votes(record, by) if key.split(GROUP_SEPARATOR, 1)[0] in heads})
+    missing = [name for name, head in heads.items() if head.is_binary and not any(k.startswith(name + GROUP_SEPARATOR) for k in found)]
+    if missing:
+        present = sorted({key.split(GROUP_SEPARATOR, 1)[1].split("=", 1)[0] for record in records[:200] for key in group_votes(record)})
+        raise UserError(
+            f"model.objective.by={by}: no training meme of {dataset} has a vote of such a group for {missing} "
+            f"(groupings its votes carry: {present or 'none'})",
+            "give model.objective.by one of those, or train with model/objective=soft_votes or cross_entropy",
+            "model.objective.by",
+        )
+    return found
 
 
 def votes_on_test(

@@ -72,7 +72,8 @@ def run_name(*, _root_) -> str:
 
 # What changes the meaning of a run's numbers without changing its data or model group: each becomes a part of the
 # run's label (`<name>-<part>…`), so run folders, W&B groups, metrics.json, cv_report and Table 11 say what ran.
-COMPONENT_LABELS = {"HeadScores": None, "CrossEntropy": None, "RetrievalVote": "retrieval", "RGCL": "rgcl", "SoftVotes": "soft_votes"}  # defaults: no part
+COMPONENT_LABELS = {"HeadScores": None, "CrossEntropy": None, "RetrievalVote": "retrieval", "RGCL": "rgcl", "SoftVotes": "soft_votes",
+                    "AnnotatorGroups": "annotator_groups"}  # defaults: no part
 
 
 def run_variants(cfg: Any, overrides: list[str]) -> list[str]:

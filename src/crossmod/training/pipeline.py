@@ -29,11 +29,12 @@ from crossmod.evaluation.abstention import abstention_on_test
 from crossmod.evaluation.alignment import read_predictions
 from crossmod.evaluation.thresholds import calibration_on_selection, policy_on_selection, threshold_on_selection
 from crossmod.models.backbone import Adapters
+from crossmod.models.objectives import AnnotatorGroups
 from crossmod.models.sharding import is_zero3, parameter_counts
 from crossmod.results.baselines import prepare as measure_baselines
 from crossmod.results.baselines import read as read_baselines
 from crossmod.results.culture_table import print_abstention, print_baselines, print_calibration, print_policy, print_table, print_votes
-from crossmod.results.votes import check_training_votes, votes_on_test
+from crossmod.results.votes import check_training_votes, training_groups, votes_on_test
 from crossmod.runtime.console import configure_console
 from crossmod.runtime.resolvers import run_variants, task_overrides
 from crossmod.runtime.run_environment import run_environment
@@ -142,6 +143,11 @@ def _run(cfg: DictConfig, run_dir: Path, interruption: InterruptionCheckpoint) -
     for logger in parts.loggers:
         logger.log_hyperparams(_loggable(cfg))
     final_val: dict[str, float] = {}
+    if isinstance(parts.model.objective, AnnotatorGroups) and parts.model.objective.groups is None:  # before LP-FT starts them
+        parts.datamodule.prepare_data()
+        parts.datamodule.setup("fit")
+        records, dataset = parts.datamodule.stage_records("train"), parts.datamodule.dataset_dir.name
+        parts.model.with_groups(training_groups(records, parts.model.heads, parts.model.objective.by, dataset))
     fresh = cfg.get("train", True) and not cfg.get("ckpt_path")  # a resumed run keeps the baselines it measured
     baselines = measure_baselines(cfg, parts.datamodule, parts.model, parts.trainer, run_dir) if fresh else read_baselines(run_dir)
     if cfg.get("train", True) and parts.model.objective.needs_votes:  # soft_votes: training memes with votes, or refused

@@ -49,6 +49,29 @@ HATE_VOTES = {
 }
 
 
+# the annotator attributes raw_annotations.csv gives (its own column names, "Politcal" sic), by the group name a model
+# asks for (`model/objective=annotator_groups by=<name>`); `annotator` is the annotator itself (its User ID)
+ATTRIBUTES = {"sex": "Sex", "age": "Age", "education": "Education", "party": "Politcal Party", "ethnicity": "Ethnicity simplified"}
+GROUPINGS = ("annotator", *ATTRIBUTES)
+UNSAFE = re.compile(r"[^\w .+/-]")  # a group value is data: no `$`, braces or quotes reach a config (interpolation)
+
+
+def group_value(grouping: str, value: str) -> str | None:
+    """One annotator's group under `grouping`, as a key part: the attribute as written (age by decade: `30s`), its
+    characters outside letters, digits, space and `.+/-_` replaced by `_`; None where the release left it empty or
+    an age is no number."""
+    text = value.strip()
+    if not text:
+        return None
+    if grouping == "age":
+        try:
+            years = int(float(text))
+        except ValueError:
+            return None
+        return f"{years // 10 * 10}s" if 0 < years < 130 else None
+    return UNSAFE.sub("_", text)[:64]
+
+
 def parse_label(value: str) -> tuple[int | None, str | None]:
     """A culture's label cell: 0 or 1; empty means not annotated (None); anything else is an error."""
     text = value.strip()
@@ -63,7 +86,7 @@ class Multi3HateSource(RawSource):
     """Converts Multi3Hate's captions, images and final (majority-vote) annotations."""
 
     name = "multi3hate"
-    version = 2  # 2: each sample carries its culture heads' vote counts (meta.head_votes)
+    version = 3  # 2: each sample carries its culture heads' vote counts (meta.head_votes); 3: and per annotator group (meta.group_votes)
 
     def __init__(
         self,
@@ -213,6 +236,7 @@ class Multi3HateSource(RawSource):
             return self.error(path, f"meme id {meme_id}: {problem}", line)
         votes = self.raw_votes["votes"].get(meme_id)
         head_votes = {culture: list(counts) for culture, counts in self.raw_votes["by_culture"].get(meme_id, {}).items()}
+        group_votes = self.raw_votes["by_group"].get(meme_id, {})
         return Sample(
             id=f"multi3hate/{meme_id}/{lang}",
             group=f"multi3hate/{meme_id}",
@@ -230,6 +254,9 @@ class Multi3HateSource(RawSource):
                 **({"votes": votes} if votes else {}),
                 # per culture head: [hate votes, votes] of its annotator pool (what soft_votes trains on, soft metrics score)
                 **({"head_votes": head_votes} if head_votes else {}),
+                # per culture head: `<grouping>=<value>` → [hate votes, votes] of its annotators in that group
+                # (annotator=<User ID>, sex=…, age=30s …): what model/objective=annotator_groups trains on
+                **({"group_votes": group_votes} if group_votes else {}),
             },
         )
 
@@ -243,18 +270,22 @@ class Multi3HateSource(RawSource):
 
         `votes`: meme → `dataset_language` pool → {hate, total} (kept in each sample's meta);
         `by_culture`: meme → culture → (hate, total) for the selected cultures (en→US, de→DE, es→MX,
-        hi→IN, zh→CN); `stats`: counts, with every row not used and why.
+        hi→IN, zh→CN); `by_group`: meme → culture → `<grouping>=<value>` → [hate, total] for each annotator and each
+        attribute group (`GROUPINGS`); `stats`: counts, with every row not used and why, and the votes whose annotator
+        left an attribute empty (in no group of it).
         """
-        result: dict[str, Any] = {"votes": {}, "by_culture": {}, "stats": None}
+        result: dict[str, Any] = {"votes": {}, "by_culture": {}, "by_group": {}, "stats": None}
         if not self.raw_path.is_file():
             return result
         try:
-            rows = list(read_csv(self.raw_path, ["Meme ID", "hatespeech"], ["dataset_language", "User ID"]))
+            rows = list(read_csv(self.raw_path, ["Meme ID", "hatespeech"], ["dataset_language", "User ID", *ATTRIBUTES.values()]))
         except FileProblem as problem:
             result["stats"] = {"file": self.rel(self.raw_path), "problem": str(problem)}
             return result
         votes: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: {"hate": 0, "total": 0}))
         by_culture: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+        by_group: dict[str, dict[str, dict[str, list[int]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: [0, 0])))
+        ungrouped: Counter[str] = Counter()
         seen: dict[tuple[str, str, str], int] = {}
         users: dict[str, set[str]] = defaultdict(set)
         unparsed: Counter[str] = Counter()
@@ -283,10 +314,20 @@ class Multi3HateSource(RawSource):
             if culture in self.cultures:
                 by_culture[meme_id][culture][0] += value
                 by_culture[meme_id][culture][1] += 1
+                raw = {"annotator": user, **{name: row.values.get(column) or "" for name, column in ATTRIBUTES.items()}}
+                for grouping, text in raw.items():
+                    group = group_value(grouping, text)
+                    if group is None:
+                        ungrouped[grouping] += 1
+                        continue
+                    counts = by_group[meme_id][culture][f"{grouping}={group}"]
+                    counts[0] += value
+                    counts[1] += 1
             else:
                 unused[f"dataset_language {pool!r}" + (" (culture not selected)" if culture else " (no culture)")] += 1
         result["votes"] = {meme: {pool: dict(v) for pool, v in pools.items()} for meme, pools in votes.items()}
         result["by_culture"] = {meme: {c: (hate, total) for c, (hate, total) in pools.items()} for meme, pools in by_culture.items()}
+        result["by_group"] = {meme: {c: {g: list(v) for g, v in groups.items()} for c, groups in cs.items()} for meme, cs in by_group.items()}
         result["stats"] = {
             "file": self.rel(self.raw_path),
             "rows": len(rows),
@@ -296,6 +337,7 @@ class Multi3HateSource(RawSource):
             "unparsed_rows": sum(unparsed.values()),
             "unparsed_reasons": {reason: {"rows": n, "first_line": first_line[reason]} for reason, n in unparsed.most_common(5)},
             "rows_not_used_for_cultures": dict(unused),
+            "votes_without_group": dict(sorted(ungrouped.items())),  # per grouping: its attribute empty (or no number)
         }
         return result
 
