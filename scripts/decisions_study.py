@@ -1,9 +1,10 @@
 """The decisions study (docs/decisions.md): calibration before and after, a policy's thresholds on held-out memes, and
-`soft_votes` against the majority-label objective on the hard and the soft metrics, read from `crossmod cv` reports
+`soft_votes` (and, where the release names its annotators, `annotator_groups`) against the majority-label objective on
+the hard and the soft metrics, read from `crossmod cv` reports
 (their `cv_summary.json`), never typed by hand.
 
     python scripts/decisions_study.py --study "MHC, French" --objective cross_entropy --command "crossmod cv …" <cv_summary.json>
-    python scripts/decisions_study.py --fixture     # the Multi3Hate fixture (its release's layout, votes included), both objectives
+    python scripts/decisions_study.py --fixture     # the Multi3Hate fixture (its release's layout, votes included), every objective
 
 adds (or replaces) the rows in docs/decisions.json and re-renders the tables in docs/decisions.md. Every number is the
 held-out folds' single test pass, mean over folds; what chose it (the selection split) is the fold's own.
@@ -30,7 +31,7 @@ from scripts.results_file import write_between  # noqa: E402
 RESULTS = ROOT / "docs" / "decisions.json"
 PAGE = ROOT / "docs" / "decisions.md"
 START, END = "<!-- decisions:start -->", "<!-- decisions:end -->"
-OBJECTIVES = ("cross_entropy", "soft_votes")
+OBJECTIVES = ("cross_entropy", "soft_votes", "annotator_groups")  # every study runs the first two; the third needs annotator ids
 SEED = 1
 FIXTURE_MEMES = 60
 CALIBRATION = ("ece", "brier", "log_loss")
@@ -206,7 +207,7 @@ def main() -> None:
     parser.add_argument("--study", help="the row's study, e.g. 'MHC, French'")
     parser.add_argument("--objective", choices=OBJECTIVES)
     parser.add_argument("--command", help="the crossmod cv command that measured it, paths written as <MHC>")
-    parser.add_argument("--fixture", action="store_true", help="run the Multi3Hate fixture with both objectives")
+    parser.add_argument("--fixture", action="store_true", help="run the Multi3Hate fixture with every objective")
     args = parser.parse_args()
     rows = []
     if args.fixture:
