@@ -185,7 +185,7 @@ def test_the_policys_thresholds_and_held_out_rates_are_averaged_over_folds_with_
     assert metrics["cv/US/act_threshold_mean"] == pytest.approx(0.75) and metrics["cv/US/act_threshold_std"] == pytest.approx(math.sqrt(0.005))
     assert metrics["cv/US/act_precision_mean"] == pytest.approx(0.75) and metrics["cv/US/act_unreachable_mean"] == pytest.approx(1 / 3)
     text = cv_markdown("x", [0, 1, 2], [], summary)
-    assert "Policy **cautious**" in text
+    assert "Policy **cautious** (act at precision ≥ 0.9) on the held-out folds" in text
     assert "| US | act | 0.750 ± 0.071 | 0.900 ± 0.000 | 0.750 ± 0.354 | 0.500 ± 0.000 | 1 of 3 |" in text
     assert "| US | review | 0.200 ± 0.000 | 0.960 ± 0.000 | 0.500 ± 0.000 | 1.000 ± 0.000 | 0 of 3 |" in text
     results[2]["policy"]["name"] = "strict"  # folds of two policies: nothing averaged across them

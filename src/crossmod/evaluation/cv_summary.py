@@ -242,7 +242,7 @@ def policy_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
         return []
     metrics = policy["metrics"]
     cell = functools.partial(_mean_std_cell, metrics)
-    targets = ", ".join(f"{a}: {t}" for a, t in (policy.get("targets") or {}).items())
+    targets = ", ".join(f"{a} at {name} ≥ {goal}" for a, t in (policy.get("targets") or {}).items() for name, goal in (t or {}).items())
     lines = ["", f"Policy **{shown(policy['name'])}** ({shown(targets)}) on the held-out folds, at each fold's own thresholds (means over folds):", ""]
     lines += ["| head | action | threshold | reached on selection | held-out precision | held-out recall | folds unreachable |", "|---|---|---|---|---|---|---|"]
     for head in heads:
