@@ -93,3 +93,19 @@ def test_a_row_holds_the_summarys_own_means():
     )
     text = render({"rows": [row]})
     assert "| s | soft_votes | US | 0.150 → 0.050 |" in text and "| 0.800 | 75.0 / 50.0 | — | — / — | 0, — |" in text
+
+
+def _mhc(objective: str) -> dict:
+    (row,) = [r for r in RESULTS_DATA["rows"] if r["study"].startswith("MHC") and r["objective"] == objective]
+    return row["heads"]["hateful"]
+
+
+def test_what_the_page_says_of_the_mhc_rows_holds_in_them():
+    ce, soft = _mhc("cross_entropy"), _mhc("soft_votes")
+    for cells in (ce, soft):  # calibration: the map lowers every score; the policy: held-out precision short of 0.9
+        assert all(cells[f"{m}_after"] < cells[f"{m}_before"] for m in ("ece", "brier", "log_loss")), cells
+        assert cells["act_precision"] < 0.9 and cells["act_unreachable"] < 1, cells
+        assert cells["cross_entropy"] > cells["constant_cross_entropy"]  # neither beats the constant vote share
+    assert soft["cross_entropy"] < ce["cross_entropy"] and soft["jsd"] < ce["jsd"]
+    assert soft["auroc"] < ce["auroc"] and soft["auroc"] < soft["tfidf_auroc"]
+    assert ce["auroc"] > ce["tfidf_auroc"] and ce["auroc"] > ce["probe_auroc"]
