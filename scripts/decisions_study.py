@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from scripts.results_file import write_between  # noqa: E402
+from scripts.results_file import cv_summary, write_between  # noqa: E402
 
 RESULTS = ROOT / "docs" / "decisions.json"
 PAGE = ROOT / "docs" / "decisions.md"
@@ -184,24 +182,8 @@ def fixture_run(objective: str, work: Path) -> dict[str, Any]:
     pools = ("en", "de", "es", "hi", "zh")  # four annotators per pool, whose votes differ by meme and culture
     votes = [{lang: [int((k + 2 * c + u) % 3 == 0) for u in range(4)] for c, lang in enumerate(pools)} for k in range(FIXTURE_MEMES)]
     raw = layouts.multi3hate(work / "raw", memes=FIXTURE_MEMES, votes=votes)
-    logs = work / "runs"
     argv = [a.replace("<fixture>", str(raw)) for a in fixture_command(objective)[2:]]
-    command = [
-        sys.executable,
-        "-m",
-        "crossmod",
-        "cv",
-        *argv,
-        f"paths.data_dir={work / 'data'}",
-        f"paths.log_dir={logs}",
-        "print_table=false",
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
-    if done.returncode:
-        raise SystemExit(f"{objective}: crossmod cv failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    (summary,) = logs.glob("*/runs/*/cv_report/*/cv_summary.json")
-    return json.loads(summary.read_text())
+    return cv_summary(argv, work, objective)
 
 
 def main() -> None:

@@ -61,3 +61,18 @@ def train_run(root: Path, overrides: list[str], run_id: str, log_dir: Path, epoc
         subprocess.run([*command, "print_table=false"], cwd=root, check=True, env=env)
     (run_dir,) = log_dir.glob(f"*/runs/{run_id}")
     return run_dir
+
+
+def cv_summary(overrides: list[str], work: Path, what: str) -> dict[str, Any]:
+    """`crossmod cv <overrides>` in `work` (its data and runs kept there, offline), and the one cv_summary.json it wrote."""
+    import subprocess
+    import sys
+
+    logs = work / "runs"
+    command = [sys.executable, "-m", "crossmod", "cv", *overrides, f"paths.data_dir={work / 'data'}", f"paths.log_dir={logs}", "print_table=false"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
+    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
+    if done.returncode:
+        raise SystemExit(f"{what}: crossmod cv failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    (summary,) = logs.glob("*/runs/*/cv_report/*/cv_summary.json")
+    return json.loads(summary.read_text())

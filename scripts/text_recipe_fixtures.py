@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -23,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from scripts.results_file import write_between  # noqa: E402
+from scripts.results_file import cv_summary, write_between  # noqa: E402
 from scripts.text_recipes import PAGE, render, row_of  # noqa: E402
 from tests.data.sources import layouts  # noqa: E402
 
@@ -44,17 +42,7 @@ def run(experiment: str, work: Path) -> dict:
     """One seed's 3-fold CV of the experiment on its fixture; its cv_summary.json."""
     write, _, extra = FIXTURES[experiment]
     raw = write(work / "raw")
-    logs = work / "runs"
-    command = [
-        sys.executable, "-m", "crossmod", "cv", f"experiment={experiment}", f"data.raw_dir={raw}", "num_folds=3",
-        f"seed={SEED}", f"paths.data_dir={work / 'data'}", f"paths.log_dir={logs}", "print_table=false", *extra,
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
-    if done.returncode:
-        raise SystemExit(f"{experiment}: crossmod cv failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    (summary,) = logs.glob("*/runs/*/cv_report/*/cv_summary.json")
-    return json.loads(summary.read_text())
+    return cv_summary([f"experiment={experiment}", f"data.raw_dir={raw}", "num_folds=3", f"seed={SEED}", *extra], work, experiment)
 
 
 def main() -> None:
