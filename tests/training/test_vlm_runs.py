@@ -115,3 +115,33 @@ def test_answers_are_parsed_in_each_option_order(tmp_path, tiny_qwen, monkeypatc
         rows = answer_all(single_device_trainer(), model, records, index, batch_size=3, max_new_tokens=2)
         assert [r["prediction"] for r in rows] == [expected] * 4
         assert all((r["p_hate"] > 0.5) == bool(expected) for r in rows)
+
+
+def test_a_vlm_lora_run_with_a_head_per_annotator_group_exports_a_culture_that_predicts_its_scores(train_run, multi3hate_dir, tiny_qwen, tmp_path):
+    """model/objective=annotator_groups on the VLM-LoRA classifier: the culture's PEFT export holds its own group rows
+    and, loaded on a fresh base, predicts the run's held-out scores."""
+    import sys
+
+    from tests.conftest import ROOT, scaled
+    from tests.zygote import run_python
+
+    overrides = ("experiment=qwen_lora_cv", f"data.raw_dir={multi3hate_dir}", f"model.name_or_path={tiny_qwen}", *TINY)
+    train_run(*overrides, "model/objective=annotator_groups", "model.objective.by=sex", "fold=0", env={"CROSSMOD_RUN_ID": "groups"})
+    run = train_run.log_dir / "qwen_lora_cv-annotator_groups" / "runs" / "groups"
+    config = json.loads((run / "metrics.json").read_text())
+    assert config["variants"] == ["annotator_groups"]
+
+    def cli(script: str, *args: str) -> None:
+        done = run_python([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True, timeout=scaled(600))
+        assert done.returncode == 0, done.stderr[-4000:]
+
+    cli("export.py", f"run={run}", "culture=DE", f"out={tmp_path / 'export'}")
+    folder = tmp_path / "export" / "DE"
+    groups = json.loads((folder / "model_config.json").read_text())["objective"]["groups"]
+    assert groups == ["DE|sex=Female", "DE|sex=Male"] and (folder / "adapter_model.safetensors").is_file()
+    manifest = json.loads((run / "manifest.json").read_text())
+    shards = next(p for p in (train_run.data_dir / "shards").glob(f"{manifest['dataset']}-{manifest['fingerprint']}") if p.is_dir())
+    cli("predict.py", f"adapters={folder}", f"inputs={shards}", f"out={tmp_path / 'de.jsonl'}")
+    predicted = {r["id"]: r["DE_probability"] for r in map(json.loads, open(tmp_path / "de.jsonl"))}
+    tested = {r["id"]: float(r["probability"]) for r in csv.DictReader(open(run / "predictions" / "test.csv")) if r["head"] == "DE"}
+    assert tested and all(predicted[i] == pytest.approx(p, abs=1e-5) for i, p in tested.items())
