@@ -145,13 +145,13 @@ def evaluate(
             report["runs"][name]["head"] = head_rule
         if "mhc" in scores.sections:
             section = scores.sections["mhc"]
-            write_png(lambda buffer: functionality_bars(section, buffer), out / functionality_figure(name))
+            write_png(lambda buffer, section=section: functionality_bars(section, buffer), out / functionality_figure(name))
         if scores.alignment and name == models[0][0]:
             roc = labelled_pairs(scores.probs, scores.labels)
             if roc:
-                write_png(lambda buffer: roc_figure(roc, buffer, f"{dataset}: ROC per head"), out / "roc.png")
+                write_png(lambda buffer, roc=roc: roc_figure(roc, buffer, f"{dataset}: ROC per head"), out / "roc.png")
             alignment = scores.alignment
-            write_png(lambda buffer: alignment_heatmap(alignment, buffer, f"{dataset}: culture alignment"), out / "alignment.png")
+            write_png(lambda buffer, alignment=alignment: alignment_heatmap(alignment, buffer, f"{dataset}: culture alignment"), out / "alignment.png")
     if not writer:
         return report
     if any(matrices):
