@@ -190,3 +190,21 @@ def test_the_policys_thresholds_and_held_out_rates_are_averaged_over_folds_with_
     assert "| US | review | 0.200 ± 0.000 | 0.960 ± 0.000 | 0.500 ± 0.000 | 1.000 ± 0.000 | 0 of 3 |" in text
     results[2]["policy"]["name"] = "strict"  # folds of two policies: nothing averaged across them
     assert summarise(results, pool_out_of_fold(results))["policy"] is None
+
+
+def test_the_reports_reliability_bins_pool_each_folds_memes_through_that_folds_own_map():
+    from sklearn.calibration import calibration_curve
+
+    from crossmod.evaluation.calibration import with_temperature
+    from crossmod.evaluation.cv_summary import oof_reliability
+
+    results = {0: _fold(0, "inner", 0.8, FOLD0), 1: _fold(1, "inner", 0.6, FOLD1)}
+    for fold, t in ((0, 2.0), (1, 0.5)):
+        results[fold]["calibration"] = {"heads": {"US": {"temperature": t, "calibrator": {"method": "temperature", "temperature": t}}}}
+    curves = oof_reliability(results)["US"]
+    y = [FOLD0[i][1] for i in FOLD0] + [FOLD1[i][1] for i in FOLD1]
+    after = [*with_temperature([FOLD0[i][0] for i in FOLD0], 2.0), *with_temperature([FOLD1[i][0] for i in FOLD1], 0.5)]
+    observed, predicted = calibration_curve(y, after, n_bins=10)
+    assert list(curves["each fold's own map"][0]) == pytest.approx(list(predicted)) and list(curves["each fold's own map"][1]) == pytest.approx(list(observed))
+    del results[1]["calibration"]
+    assert oof_reliability(results) == {}  # a fold without its map: no pooled curve made up

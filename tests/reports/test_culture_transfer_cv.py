@@ -72,7 +72,9 @@ def test_per_culture_cross_validation_writes_the_transfer_table(train_run, tmp_p
     assert set(summary["alignment"]["US"]) == {"US", "DE", "MX", "IN", "CN"}  # one head, judged by every culture
     assert summary["pooled_oof_auroc"]["US"] == summary["alignment"]["US"]["US"]
     assert summary["policy"]["name"] == "cautious" and summary["policy"]["folds"] == 2  # each fold's thresholds, averaged
-    assert "Policy **cautious**" in (run_dir / "cv_report" / "synthetic_concat-FT-US" / "cv_report.md").read_text()
+    report = run_dir / "cv_report" / "synthetic_concat-FT-US"
+    assert "Policy **cautious**" in (report / "cv_report.md").read_text() and "(reliability_oof.png)" in (report / "cv_report.md").read_text()
+    assert (report / "reliability_oof.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the cultures' reliability, pooled
     markdown = (run_dir / "cv_report" / "culture_transfer.md").read_text()
     us_row = next(line for line in markdown.splitlines() if line.startswith("| FT-US |"))
     assert "<u>" in us_row.split("|")[2] and "<u>" not in us_row.split("|")[3]  # the row's own culture marked

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from crossmod.data.selection_rules import RULES
 from crossmod.evaluation.alignment import BEST, alignment_matrix, alignment_table
 from crossmod.evaluation.baselines import LABELS
@@ -124,6 +126,35 @@ def pool_out_of_fold(results: Mapping[int, FoldResult]) -> PooledOOF:
         for culture in fold_labels:  # every culture's labels, also those no head of this model predicts
             labels[culture].update(fold_labels[culture])
     return PooledOOF(dict(probs), dict(labels), len(seen), sorted(overlap))
+
+
+def oof_reliability(results: Mapping[int, FoldResult]) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Per binary head every fold calibrated: the pooled held-out memes' reliability bins (mean probability, observed
+    rate) as scored and after each fold's own map (fitted on that fold's selection split, applied to its held-out
+    memes only): the report's reliability diagram."""
+    from crossmod.evaluation.calibration import apply_calibrator, calibrator_of, reliability_bins
+
+    pooled: dict[str, dict[str, list[float]]] = {}
+    for result in results.values():
+        probs, labels = binary_oof(result)
+        maps = (result.get("calibration") or {}).get("heads") or {}
+        for head, by_id in probs.items():
+            ids = [i for i in by_id if i in labels.get(head, {})]
+            if head not in maps or not ids:
+                continue
+            row = pooled.setdefault(head, {"y": [], "p": [], "after": [], "folds": []})
+            p = [by_id[i] for i in ids]
+            row["y"] += [labels[head][i] for i in ids]
+            row["p"] += p
+            row["after"] += list(apply_calibrator(p, calibrator_of(maps[head])))
+            row["folds"].append(result["fold"])
+    curves = {}
+    for head, row in pooled.items():
+        if len(row["folds"]) != len(results):  # a fold without its map: no pooled "after" curve is made up
+            continue
+        before, after = reliability_bins(row["y"], row["p"]), reliability_bins(row["y"], row["after"])
+        curves[head] = {"as scored": (before.predicted, before.observed), "each fold's own map": (after.predicted, after.observed)}
+    return curves
 
 
 def prefixed_mean_std(per_metric: dict[str, list[float]], prefix: str) -> dict[str, float]:
@@ -460,4 +491,6 @@ def cv_markdown(name: str, folds: list[int], problems: list[str], result: dict[s
     lines += ["", f"Alignment (AUROC of each head's scores against each culture's labels; {BEST} = best culture; no test):", ""]
     lines += alignment_table(result["alignment"], {head: BEST for head in result["alignment"]})
     lines += ["", "![ROC](roc_oof.png)", "", "![alignment](alignment.png)", ""]
+    if result.get("calibration"):  # the report writes it where every fold recorded its map
+        lines += ["![reliability before and after each fold's own map](reliability_oof.png)", ""]
     return "\n".join(lines)

@@ -23,8 +23,8 @@ from typing import Any
 
 from crossmod.data.paths import OutsideRoot, ensure_within, resolve_within
 from crossmod.evaluation.calibration import check_calibrator
-from crossmod.evaluation.cv_summary import check_folds, check_rules, check_scored, cv_markdown, pool_out_of_fold, summarise
-from crossmod.evaluation.plots import alignment_heatmap, roc_figure
+from crossmod.evaluation.cv_summary import check_folds, check_rules, check_scored, cv_markdown, oof_reliability, pool_out_of_fold, summarise
+from crossmod.evaluation.plots import alignment_heatmap, reliability_figure, roc_figure
 from crossmod.evaluation.predictions import labelled_pairs
 from crossmod.evaluation.summary import SCORE_SLACK, finite_or_null, json_safe, possible_score
 from crossmod.reports.transfer import transfer_report
@@ -32,7 +32,7 @@ from crossmod.runtime.user_errors import UserError
 from crossmod.training.callbacks.fold_results import FILENAME as FOLD_RESULT
 
 TRANSFER = "_culture_transfer"  # key of the culture-transfer table among the per-experiment results
-REPORT_FILES = ("roc_oof.png", "alignment.png", "cv_summary.json", "cv_report.md")
+REPORT_FILES = ("roc_oof.png", "alignment.png", "reliability_oof.png", "cv_summary.json", "cv_report.md")
 TRANSFER_FILES = ("culture_transfer.md", "culture_transfer.png", "culture_transfer.json")
 FIX = "rerun that fold (the cross-validation callback writes the file), or move it out of the runs folder"
 COLUMNS = ("id", "head", "probability", "label")
@@ -311,6 +311,9 @@ def report(root: Path, out: Path | None = None) -> dict[str, Any]:
         if roc_scores:
             roc_figure(roc_scores, target / "roc_oof.png", f"{name}: pooled out-of-fold ROC")
             alignment_heatmap(result["alignment"], target / "alignment.png", f"{name}: culture alignment")
+        curves = oof_reliability(results_by_fold)
+        if curves:  # the cultures as panels, pooled over the held-out folds, before and after each fold's map
+            reliability_figure(curves, target / "reliability_oof.png", f"{name}: held-out reliability, pooled over folds")
         (target / "cv_summary.json").write_text(json.dumps(json_safe(result), indent=1, allow_nan=False))
         (target / "cv_report.md").write_text(cv_markdown(name, list(folds), problems, result))
         results[name] = result
