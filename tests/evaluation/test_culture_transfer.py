@@ -195,3 +195,5 @@ def test_table_11_cells_carry_the_policys_held_out_rates_at_each_folds_own_thres
     assert "## Policy (cautious): held-out precision / recall at its thresholds" in text
     review = text.split("### review")[1]
     assert "| FT-US | 50.0 ± 0.0 / 100.0 ± 0.0 | 50.0 ± 70.7 / 100.0 |" in review
+    # the baseline under it: the held-out positive rate, what acting on every meme would reach as precision
+    assert "| *positive rate (precision of acting on every meme)* | 50.0 ± 0.0 | 50.0 ± 70.7 |" in review

@@ -186,7 +186,8 @@ def test_the_policys_thresholds_and_held_out_rates_are_averaged_over_folds_with_
     assert metrics["cv/US/act_precision_mean"] == pytest.approx(0.75) and metrics["cv/US/act_unreachable_mean"] == pytest.approx(1 / 3)
     text = cv_markdown("x", [0, 1, 2], [], summary)
     assert "Policy **cautious** (act at precision ≥ 0.9) on the held-out folds" in text
-    assert "| US | act | 0.750 ± 0.071 | 0.900 ± 0.000 | 0.750 ± 0.354 | 0.500 ± 0.000 | 1 of 3 |" in text
+    assert "| US | act | 0.750 ± 0.071 | 0.900 ± 0.000 | 0.750 ± 0.354 | 0.500 ± 0.000 | 1 of 3 | 0.500 ± 0.000 |" in text
+    assert metrics["cv/US/positive_rate_mean"] == pytest.approx(0.5)  # the baseline: acting on every held-out meme
     assert "| US | review | 0.200 ± 0.000 | 0.960 ± 0.000 | 0.500 ± 0.000 | 1.000 ± 0.000 | 0 of 3 |" in text
     results[2]["policy"]["name"] = "strict"  # folds of two policies: nothing averaged across them
     assert summarise(results, pool_out_of_fold(results))["policy"] is None

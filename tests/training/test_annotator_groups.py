@@ -79,7 +79,8 @@ def test_each_cultures_probability_is_the_mean_of_its_groups_and_the_loss_is_eve
 
     # meme 0: US women 2 of 3 hateful, US men 0 of 1; meme 1: only DE women, 1 of 1
     features_of = [{"group_votes": {"US|sex=Female": [2, 3], "US|sex=Male": [0, 1]}}, {"group_votes": {"DE|sex=Female": [1, 1]}}]
-    batch = {"group_votes": group_counts(features_of)}
+    batch = {"group_votes": group_counts(features_of, groups)}
+    assert batch["group_votes"][1].tolist() == [[1, 1], [0, 0], [0, 0]]  # meme 1: DE women only, zeros elsewhere
 
     class Model:
         def group_logits(self, _batch):

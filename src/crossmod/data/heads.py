@@ -113,8 +113,9 @@ def group_votes(sample: Mapping[str, Any], grouping: str | None = None) -> dict[
     }
 
 
-def group_counts(features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """A batch's votes per annotator group present in it: key → [memes, 2] (hate votes, votes), zeros where a meme's
-    annotators hold no one of that group; what `annotator_groups` trains each group's head on."""
-    keys = sorted({key for f in features for key in f.get("group_votes", {})})
-    return {key: torch.tensor([f.get("group_votes", {}).get(key) or (0, 0) for f in features], dtype=torch.float32) for key in keys}
+def group_counts(features: list[dict[str, Any]], groups: list[str]) -> torch.Tensor:
+    """A batch's votes per annotator group, [memes, groups, 2] (hate votes, votes) in `groups`' order, zeros where a
+    meme's annotators hold no one of a group: what `annotator_groups` trains each group's head on (built in the
+    collate, so the step does no per-group Python work)."""
+    rows = [[f.get("group_votes", {}).get(key) or (0, 0) for key in groups] for f in features]
+    return torch.tensor(rows, dtype=torch.float32).reshape(len(features), len(groups), 2)

@@ -23,6 +23,7 @@ from crossmod.evaluation.alignment import BEST
 from crossmod.evaluation.baselines import LABELS
 from crossmod.evaluation.calibration import apply_calibrator, calibration_scores, calibrator_of
 from crossmod.evaluation.metrics import culture_auroc
+from crossmod.evaluation.policies import held_out_rates
 from crossmod.evaluation.predictions import binary_scores
 from crossmod.evaluation.summary import mean_std
 
@@ -60,10 +61,9 @@ def _policy_rates(truth: np.ndarray, ids: list[str], answer: Answers) -> dict[st
     """Each action's precision and recall against a column's labels at its threshold (NaN where undefined)."""
     p, rates = np.array([answer.probability[i] for i in ids]), {}
     for action, cut in answer.policy.items():
-        flagged = p >= cut if cut is not None else np.zeros(len(p), bool)
-        hits = int((flagged & (truth == 1)).sum())
-        rates[f"{action}_precision"] = hits / int(flagged.sum()) if cut is not None and flagged.any() else math.nan
-        rates[f"{action}_recall"] = hits / int(truth.sum()) if cut is not None and truth.any() else math.nan
+        held_out = held_out_rates(truth, p, cut) if cut is not None else {}  # an unreachable action is never taken
+        for rate in RATES:
+            rates[f"{action}_{rate}"] = math.nan if held_out.get(rate) is None else float(held_out[rate])
     return rates
 
 
@@ -291,6 +291,7 @@ def fold_transfer(
     return {
         "table": transfer_table(predictors, labels),
         "majority": majority_rates(labels),
+        "positive_rate": {c: mean_std(float(np.mean(list(fold[c].values()))) for fold in labels) for c in cultures},
         "baselines": baseline_rows(usable, cultures, folds),
         "diagonal": diagonal,
         "folds": folds,
@@ -378,7 +379,12 @@ def _calibration_section(transfer: dict[str, Any]) -> list[str]:
 
 def _policy_section(transfer: dict[str, Any]) -> list[str]:
     table, names = transfer["table"], transfer.get("policy") or []
-    sections = [(a, policy_markdown(table, a)) for a in ("act", "review")]
+    rate = transfer.get("positive_rate") or {}  # the baseline row: acting on every meme
+    baseline = "| *positive rate (precision of acting on every meme)* | " + " | ".join(
+        "—" if c not in rate else f"{rate[c]['mean'] * 100:.1f}" + ("" if math.isnan(rate[c]["std"]) else f" ± {rate[c]['std'] * 100:.1f}")
+        for c in next(iter(table.values()))
+    ) + " |"
+    sections = [(a, text and f"{text}\n{baseline}") for a, text in ((a, policy_markdown(table, a)) for a in ("act", "review"))]
     if not any(text for _, text in sections):
         return []
     out = [

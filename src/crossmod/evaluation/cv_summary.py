@@ -257,11 +257,19 @@ def summarise_policy(results: Mapping[int, FoldResult]) -> dict[str, Any] | None
     recorded = [r.get("policy") or {} for r in results.values()]
     if not recorded or not all(r.get("heads") for r in recorded) or len({r.get("name") for r in recorded}) != 1:
         return None
+    per_fold = []
+    for policy, result in zip(recorded, results.values()):  # beside each: the precision of acting on every held-out meme
+        labels = binary_oof(result)[1]
+        rows = _policy_scores(policy)
+        for head, row in rows.items():
+            held_out = list((labels.get(head) or {}).values())
+            row["positive_rate"] = float(np.mean(held_out)) if held_out else None
+        per_fold.append(rows)
     return {
         "name": recorded[0]["name"],
         "targets": recorded[0].get("targets"),
         "rule": recorded[0]["rule"],
-        "metrics": prefixed_mean_std(_every_fold([_policy_scores(r) for r in recorded]), "cv"),
+        "metrics": prefixed_mean_std(_every_fold(per_fold), "cv"),
         "folds": len(recorded),
     }
 
@@ -275,7 +283,10 @@ def policy_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
     cell = functools.partial(_mean_std_cell, metrics)
     targets = ", ".join(f"{a} at {name} ≥ {goal}" for a, t in (policy.get("targets") or {}).items() for name, goal in (t or {}).items())
     lines = ["", f"Policy **{shown(policy['name'])}** ({shown(targets)}) on the held-out folds, at each fold's own thresholds (means over folds):", ""]
-    lines += ["| head | action | threshold | reached on selection | held-out precision | held-out recall | folds unreachable |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "| head | action | threshold | reached on selection | held-out precision | held-out recall | folds unreachable | positive rate (precision of acting on all) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for head in heads:
         for action in POLICY_ACTIONS:
             share = metrics.get(f"cv/{head}/{action}_unreachable_mean")
@@ -283,7 +294,8 @@ def policy_markdown(result: dict[str, Any], heads: list[str]) -> list[str]:
                 continue
             names = ("threshold", "reached", "precision", "recall")
             unreachable = round(share * policy["folds"])
-            lines.append(f"| {head} | {action} | " + " | ".join(cell(head, f"{action}_{n}") for n in names) + f" | {unreachable} of {policy['folds']} |")
+            cells = " | ".join(cell(head, f"{action}_{n}") for n in names)
+            lines.append(f"| {head} | {action} | {cells} | {unreachable} of {policy['folds']} | {cell(head, 'positive_rate')} |")
     lines += ["", f"Rule: {shown(policy['rule'])}, each fold's own; a target a fold's selection split cannot meet is never taken there."]
     return lines
 

@@ -125,10 +125,11 @@ def decide(probabilities: np.ndarray, thresholds: Mapping[str, float | None]) ->
     return decisions
 
 
-def held_out_rates(labels: np.ndarray, probabilities: np.ndarray, chosen: Threshold) -> dict[str, float | int | None]:
-    """Precision and recall on the held-out memes at a threshold chosen on the selection split, applied once."""
+def held_out_rates(labels: np.ndarray, probabilities: np.ndarray, chosen: Threshold | float) -> dict[str, float | int | None]:
+    """Precision and recall on the held-out memes at a threshold chosen on the selection split (or its value, as a fold
+    result records it), applied once."""
     y, p = np.asarray(labels, dtype=int), np.asarray(probabilities, dtype=float)
-    flagged = p >= chosen.threshold
+    flagged = p >= (chosen.threshold if isinstance(chosen, Threshold) else float(chosen))
     hits = int((flagged & (y == 1)).sum())
     return {
         "precision": hits / int(flagged.sum()) if flagged.any() else None,

@@ -155,9 +155,9 @@ class MemeClassifier(L.LightningModule):
                 f"{[n for n, h in self.heads.items() if not h.is_binary]} are not"
             )
         if isinstance(self.objective, AnnotatorGroups):  # batches carry the votes of the objective's grouping
-            if not hasattr(self.preprocessor, "grouping"):
+            if not hasattr(self.preprocessor, "groups"):
                 raise ValueError(f"model/objective=annotator_groups: {type(self.preprocessor).__name__} carries no annotator groups")
-            self.preprocessor.grouping = self.objective.by
+            self.preprocessor.groups = None if self.objective.groups is None else list(self.objective.groups)
         if self.uses_embedding and any(not head.is_binary for head in self.heads.values()):
             raise ValueError(
                 f"RGCL and retrieval classification need binary heads; {[n for n, h in self.heads.items() if not h.is_binary]} are not"
@@ -260,6 +260,7 @@ class MemeClassifier(L.LightningModule):
             raise RuntimeError("the classifier is already built: its group heads are fixed")
         self.objective = dataclasses.replace(self.objective, groups=tuple(groups))
         self.hparams.objective = {**self.hparams.objective, "groups": list(groups)}
+        self.preprocessor.groups = list(groups)
 
     def embed(self, batch: dict[str, Any]) -> torch.Tensor:
         """The meme embedding RGCL and retrieval work in: the features the head layers read."""

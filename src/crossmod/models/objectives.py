@@ -93,9 +93,7 @@ class AnnotatorGroups:
 
     def __call__(self, model: MemeClassifier, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         logits = model.group_logits(batch)  # [memes, groups]
-        counts = batch["group_votes"]
-        empty = torch.zeros(logits.shape[0], 2, device=logits.device)
-        votes = torch.stack([counts.get(key, empty) for key in self.groups], dim=1)  # [memes, groups, (hate, total)]
+        votes = batch["group_votes"]  # [memes, groups, (hate, total)], in `groups`' order (the collate's)
         hate, total = votes[..., 0], votes[..., 1]
         share = torch.where(total > 0, hate / total.clamp(min=1), torch.zeros_like(total))
         per_group = F.binary_cross_entropy_with_logits(logits, share, reduction="none")

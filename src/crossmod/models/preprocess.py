@@ -61,7 +61,7 @@ class MemePreprocessor:
             raise ValueError("give image_model (timm transform) or image_processor (Hugging Face folder), not both")
         self.heads = parse_heads(heads)
         self.max_length = max_length
-        self.grouping: str | None = None  # the annotator grouping whose votes batches carry (set by annotator_groups)
+        self.groups: list[str] | None = None  # the annotator groups whose votes batches carry (set by annotator_groups)
         if tokenizer:
             refuse_shipped_code(tokenizer)
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False) if tokenizer else None
@@ -102,8 +102,8 @@ class MemePreprocessor:
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         features: dict[str, Any] = {"id": sample["id"], "labels": sample["labels"], "votes": head_votes(sample)}
-        if self.grouping is not None:  # annotator_groups: the votes of its grouping's groups
-            features["group_votes"] = group_votes(sample, self.grouping)
+        if self.groups is not None:  # annotator_groups: the votes of its groups
+            features["group_votes"] = group_votes(sample)
         if self.tokenizer is not None:
             features["text"] = sample["text"]
         if self.pixels is not None:
@@ -121,6 +121,6 @@ class MemePreprocessor:
             batch["pixel_values"] = self.pixels.batch([f["pixel_values"] for f in features])
         batch["labels"] = label_tensors(features, self.heads)
         batch["vote_shares"] = vote_shares(features, self.heads)
-        if self.grouping is not None:
-            batch["group_votes"] = group_counts(features)
+        if self.groups is not None:
+            batch["group_votes"] = group_counts(features, self.groups)
         return batch

@@ -65,6 +65,7 @@ def transfer_report(experiments: FoldResults, root: Path, out: Path) -> dict[str
     payload = {
         "table": table,
         "majority": transfer["majority"],
+        "positive_rate": transfer["positive_rate"],
         "diagonal": diagonal,
         "folds": transfer["folds"],
         "policy": transfer["policy"],

@@ -52,7 +52,6 @@ HATE_VOTES = {
 # the annotator attributes raw_annotations.csv gives (its own column names, "Politcal" sic), by the group name a model
 # asks for (`model/objective=annotator_groups by=<name>`); `annotator` is the annotator itself (its User ID)
 ATTRIBUTES = {"sex": "Sex", "age": "Age", "education": "Education", "party": "Politcal Party", "ethnicity": "Ethnicity simplified"}
-GROUPINGS = ("annotator", *ATTRIBUTES)
 UNSAFE = re.compile(r"[^\w .+/-]")  # a group value is data: no `$`, braces or quotes reach a config (interpolation)
 
 
@@ -271,7 +270,7 @@ class Multi3HateSource(RawSource):
         `votes`: meme → `dataset_language` pool → {hate, total} (kept in each sample's meta);
         `by_culture`: meme → culture → (hate, total) for the selected cultures (en→US, de→DE, es→MX,
         hi→IN, zh→CN); `by_group`: meme → culture → `<grouping>=<value>` → [hate, total] for each annotator and each
-        attribute group (`GROUPINGS`); `stats`: counts, with every row not used and why, and the votes whose annotator
+        attribute group (`annotator` and `ATTRIBUTES`); `stats`: counts, with every row not used and why, and the votes whose annotator
         left an attribute empty (in no group of it).
         """
         result: dict[str, Any] = {"votes": {}, "by_culture": {}, "by_group": {}, "stats": None}

@@ -122,7 +122,7 @@ class VLMPreprocessor:
     ) -> None:
         """`padding_side`: left (what batched generation needs); the head and verbalizer read either."""
         self.heads = parse_heads(heads)
-        self.grouping: str | None = None  # the annotator grouping whose votes batches carry (set by annotator_groups)
+        self.groups: list[str] | None = None  # the annotator groups whose votes batches carry (set by annotator_groups)
         self.source, self.family = processor, family_for(processor, family)
         self.processor = load_processor(processor, self.family, padding_side, min_pixels, max_pixels)
         self.prompt = PromptSpec(**prompt)
@@ -194,7 +194,7 @@ class VLMPreprocessor:
             "id": sample["id"],
             "labels": sample["labels"],
             "votes": head_votes(sample),
-            **({"group_votes": group_votes(sample, self.grouping)} if self.grouping is not None else {}),
+            **({"group_votes": group_votes(sample)} if self.groups is not None else {}),
             "chats": chats,
             "image": image,
             "image_key": key,
@@ -212,8 +212,8 @@ class VLMPreprocessor:
         batch["option_ids"] = torch.tensor([f["options"] for f, _ in rows], dtype=torch.long)
         batch["labels"] = label_tensors(features, self.heads)
         batch["vote_shares"] = vote_shares(features, self.heads)
-        if self.grouping is not None:  # annotator_groups: the votes of its grouping's groups
-            batch["group_votes"] = group_counts(features)
+        if self.groups is not None:  # annotator_groups: the votes of its groups, [memes, groups, 2]
+            batch["group_votes"] = group_counts(features, self.groups)
         if self.asked_heads:
             batch["asked_heads"] = list(self.asked_heads)
         return batch
