@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PACKAGE = ROOT / "src" / "crossmod"
 # package → the crossmod packages it may import
-ROOMS = ("runtime", "inference", "artifacts", "prompting", "results", "training", "reports", "launch")
+ROOMS = ("runtime", "inference", "artifacts", "prompting", "results", "training", "reports", "serving", "launch")
 ALLOWED = {
     "data": set(),
     "evaluation": {"data"},
@@ -27,6 +27,7 @@ ALLOWED = {
     "results": {"data", "evaluation", "models", "runtime", "inference", "artifacts"},  # one run's scores, beside prompting
     "training": {"data", "evaluation", "models", "runtime", "inference", "artifacts", "results"},
     "reports": {"data", "evaluation", "models", "runtime", "inference", "artifacts", "results", "training"},
+    "serving": {"data", "evaluation", "models", "runtime", "inference", "artifacts"},  # the culture adapters behind an API
     "launch": {"data", "evaluation", "models", *ROOMS[:-1]},  # preflight checks what any job reads
     "recipes": {"data", "evaluation", "models", *ROOMS},  # the jobs: nothing imports them but the command
 }

@@ -26,6 +26,7 @@ JOBS: dict[str, Job] = {
     "evaluate": Job("crossmod.recipes.evaluate", "score runs or exported cultures on a dataset (ckpt=… data=…)"),
     "export": Job("crossmod.recipes.export", "a run's cultures as PEFT adapter folders (run=… [culture=DE] [kind=retrieval])"),
     "predict": Job("crossmod.recipes.predict", "score new memes with an exported culture folder (adapters=… inputs=…)"),
+    "serve": Job("crossmod.recipes.serve", "exported cultures behind an HTTP API (adapters=[…] [host=127.0.0.1 port=8000])"),
     "prepare": Job("crossmod.recipes.prepare", "convert a dataset to WebDataset shards (data=<dataset> data.raw_dir=… [folds=3])"),
     "zeroshot": Job("crossmod.recipes.zeroshot", "answer memes zero-shot with a VLM and the study's prompts"),
     "fewshot": Job("crossmod.recipes.fewshot", "few-shot VLM prompting with retrieved exemplars (ToxicTags)"),

@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from crossmod.runtime.user_errors import UserError, error_chain, require
-from crossmod.runtime.value_ranges import check_ranges
+from crossmod.runtime.value_ranges import Range, check_ranges
 
 Check = Callable[[DictConfig], None]
 TRAIN = "crossmod train"
@@ -32,6 +32,7 @@ EXTRAS = {
     "pytesseract": ("tesseract", "ocr=tesseract"),
     "hydra_plugins.hydra_optuna_sweeper": ("sweeps", "hparams_search=…"),
     "hydra_plugins.hydra_submitit_launcher": ("slurm", "hydra/launcher=slurm"),
+    "litserve": ("serve", "crossmod serve"),
 }
 OCR_PACKAGES = {"rapidocr": "rapidocr_onnxruntime", "tesseract": "pytesseract"}
 
@@ -429,17 +430,9 @@ def predict(cfg: DictConfig) -> None:
 
     require(cfg, ["adapters", "inputs"])
     check_ranges(cfg)
-    folders = adapter_folders(cfg)
-    what = "an exported culture folder: crossmod export run=<run dir> writes <run dir>/export/<culture>"
-    for index, folder in enumerate(folders):
-        key = "adapters" if len(folders) == 1 else f"adapters[{index}]"
-        existing({key: folder}, key, what, "culture_card.json")  # type: ignore[arg-type]
+    folders = culture_adapters(cfg)
     if len(folders) > 1 and cfg.get("culture"):
         raise UserError(f"culture={cfg.culture} checks one folder's culture; {len(folders)} adapters are given", "drop culture=, or give one adapter", "culture")
-    cultures = [_card_culture(Path(folder)) for folder in folders]
-    twice = sorted({c for c in cultures if c is not None and cultures.count(c) > 1})
-    if twice:
-        raise UserError(f"adapters holds two exports of culture {twice[0]}: their columns would overwrite each other", "give each culture once", "adapters")
     from crossmod.evaluation.abstention import SCORES
 
     if cfg.get("disagreement", "spread") not in SCORES:
@@ -447,6 +440,63 @@ def predict(cfg: DictConfig) -> None:
     if not is_remote(str(cfg.inputs)):
         existing(cfg, "inputs", "a folder of images | a memes .jsonl file | a shard folder")
     optional_packages(cfg)
+
+
+def culture_adapters(cfg: DictConfig) -> list[str]:
+    """`adapters`: exported culture folders, each there, each culture once."""
+    folders = adapter_folders(cfg)
+    what = "an exported culture folder: crossmod export run=<run dir> writes <run dir>/export/<culture>"
+    for index, folder in enumerate(folders):
+        key = "adapters" if len(folders) == 1 else f"adapters[{index}]"
+        existing({key: folder}, key, what, "culture_card.json")  # type: ignore[arg-type]
+    cultures = [_card_culture(Path(folder)) for folder in folders]
+    twice = sorted({c for c in cultures if c is not None and cultures.count(c) > 1})
+    if twice:
+        raise UserError(f"adapters holds two exports of culture {twice[0]}: their columns would overwrite each other", "give each culture once", "adapters")
+    return folders
+
+
+SERVE_RANGES = {
+    "port": Range(whole=True, low=1024, high=65535, example="8000"),
+    "threshold": Range(whole=False, low=0, high=1, example="0.5"),
+    "threads": Range(whole=True, low=1, nullable=True, example="2"),
+    "batching.max_batch_size": Range(whole=True, low=1, example="8"),
+    "batching.batch_timeout_s": Range(whole=False, low=0, example="0.01"),
+    "limits.max_queue": Range(whole=True, low=1, example="64"),
+    "limits.max_body_bytes": Range(whole=True, low=1, example="16777216"),
+    "limits.max_memes": Range(whole=True, low=1, example="64"),
+    "limits.max_image_bytes": Range(whole=True, low=1, example="10485760"),
+    "limits.max_text_chars": Range(whole=True, low=1, example="10000"),
+    "limits.request_timeout_s": Range(whole=False, low=0, above=True, example="30"),
+    "limits.drain_s": Range(whole=False, low=0, example="30"),
+}
+SERVE_HOSTS = ("127.0.0.1", "0.0.0.0", "::")  # the addresses LitServe binds
+
+
+def serve(cfg: DictConfig) -> None:
+    """crossmod serve: LitServe installed, the adapters exported culture folders, numbers in range, a usable token."""
+    needs_package("litserve", "adapters")
+    require(cfg, ["adapters"])
+    check_ranges(cfg, SERVE_RANGES)
+    culture_adapters(cfg)
+    if str(cfg.host) not in SERVE_HOSTS:
+        raise UserError(f"host={cfg.host} is not an address the server binds", f"pass host={' | '.join(SERVE_HOSTS)} (127.0.0.1: this machine only)", "host")
+    from crossmod.evaluation.abstention import SCORES
+
+    if cfg.disagreement not in SCORES:
+        raise UserError(f"disagreement={cfg.disagreement} is not a disagreement score crossmod computes", f"use disagreement={' | '.join(SCORES)}", "disagreement")
+    unknown = sorted(set(cfg.allow_missing) - {"text", "image"})
+    if unknown:
+        raise UserError(f"allow_missing={list(cfg.allow_missing)} names {unknown}, not inputs", "pass allow_missing=[text] and/or [image]", "allow_missing")
+    if cfg.auth.token_file:
+        existing({"auth.token_file": cfg.auth.token_file}, "auth.token_file", "a file holding the bearer token")  # type: ignore[arg-type]
+        token = Path(str(cfg.auth.token_file)).read_text(encoding="utf-8").strip()
+        if len(token) < 16 or not token.isprintable():
+            raise UserError(
+                f"auth.token_file={cfg.auth.token_file} holds no usable token (16 printable characters or more)",
+                "write a long random one there: python -c 'import secrets; print(secrets.token_urlsafe(32))' > <file>",
+                "auth.token_file",
+            )
 
 
 def adapter_folders(cfg: DictConfig) -> list[str]:
