@@ -14,7 +14,7 @@ import binascii
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
 from crossmod.data.sources.images import check_image
 
@@ -34,16 +34,16 @@ class Meme(BaseModel):
     model_config = ConfigDict(extra="forbid")
     limits: ClassVar[Limits] = Limits()
 
-    id: Annotated[str | int, Field(description="the meme's id, echoed in its answer (printable, up to 256 characters)")]
-    text: str = Field("", description="the caption (empty: none)")
-    image: str | None = Field(None, description="the image file's bytes, base64-encoded (JPEG, PNG or WebP)")
-    lang: str = Field("en", max_length=16, description="the caption's language code")
+    id: Annotated[str, Field(description="the meme's id, echoed in its answer (printable, up to 256 characters)")]
+    text: StrictStr = Field("", description="the caption (empty: none)")
+    image: StrictStr | None = Field(None, description="the image file's bytes, base64-encoded (JPEG, PNG or WebP)")
+    lang: StrictStr = Field("en", max_length=16, description="the caption's language code")
 
-    @field_validator("id")
+    @field_validator("id", mode="before")
     @classmethod
-    def _id(cls, value: str | int) -> str:
-        if isinstance(value, bool):
-            raise ValueError("must be a string or a number")
+    def _id(cls, value: object) -> str:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ValueError("must be a string or a whole number")
         text = str(value)
         if not text.strip() or len(text) > 256 or not text.isprintable():
             raise ValueError("must be a non-empty printable string of up to 256 characters")
