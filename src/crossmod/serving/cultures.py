@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,9 +248,13 @@ def _add_adapter(into: MemeClassifier, source: MemeClassifier, name: str) -> str
 
     target, loaded = into.backbone.model, source.backbone.model  # type: ignore[union-attr]
     target.add_adapter(name, loaded.peft_config[FIRST_ADAPTER])
-    state = get_peft_model_state_dict(loaded, adapter_name=FIRST_ADAPTER)
-    set_peft_model_state_dict(target, state, adapter_name=name)
-    placed = get_peft_model_state_dict(target, adapter_name=name)
+    with warnings.catch_warnings():
+        # PEFT looks for the base's config.json to see whether embeddings were resized; an export names its base by a
+        # relative folder it ships, which PEFT cannot find from here, and the tensors are compared one by one below
+        warnings.filterwarnings("ignore", message="Could not find a config file", category=UserWarning)
+        state = get_peft_model_state_dict(loaded, adapter_name=FIRST_ADAPTER)
+        set_peft_model_state_dict(target, state, adapter_name=name)
+        placed = get_peft_model_state_dict(target, adapter_name=name)
     if set(placed) != set(state) or any(not torch.equal(placed[k], state[k].to(placed[k].device)) for k in state):
         raise ValueError(f"culture {name}: its adapter does not fit the shared base's PEFT model")
     target.set_adapter(FIRST_ADAPTER)  # the adapter a plain forward uses stays the first one's
