@@ -24,6 +24,7 @@ PACKAGES = (
     "src/crossmod/training",
     "src/crossmod/training/callbacks",
     "src/crossmod/reports",
+    "src/crossmod/serving",
     "src/crossmod/launch",
 )
 

@@ -45,7 +45,7 @@ HYDRA_PROGRAMS |= {f"crossmod {job}": HYDRA_PROGRAMS[program] for job, program i
 HYDRA_PROGRAMS |= {"crossmod fewshot": "train", "crossmod memebridge": "train"}  # the prompting protocols, on train.yaml
 # the tools, each a Hydra job with its own config (src/crossmod/configs/<job>.yaml)
 HYDRA_PROGRAMS |= {f"crossmod {job}": job.replace("-", "_") for job in (
-    "prepare", "cv-report", "seed-report", "zeroshot-report", "consolidate", "retrieval-db", "wandb-offline",
+    "prepare", "cv-report", "seed-report", "zeroshot-report", "consolidate", "retrieval-db", "wandb-offline", "serve",
 )} | {"crossmod synthetic": "synthetic_rule"}  # fmt: skip
 CROSSMOD_TOOLS = {"crossmod", "crossmod --help", "crossmod ls", "crossmod cp"}
 # programs that run a model (a real VLM there needs a GPU); export and the reports only read files
