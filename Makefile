@@ -65,7 +65,7 @@ test-floor: $(FLOOR_STAMP)
 # CPU benchmarks (bench/*.py, < 30 min): results in bench/results/*.json, README table re-rendered from them.
 bench: $(STAMP)
 	@start=$$(date +%s); set -e; \
-	for script in training_overhead shared_cores data_loading conversion zeroshot_generation ocr vlm_training vision_cache vlm_flops memory_plan cli_startup; do \
+	for script in training_overhead shared_cores data_loading conversion zeroshot_generation ocr vlm_training vision_cache vlm_flops memory_plan cli_startup serve; do \
 		echo "== bench/$$script.py"; $(PY) bench/$$script.py $(ARGS); \
 	done; \
 	$(PY) scripts/bench_table.py; \

@@ -348,3 +348,30 @@ def test_an_unknown_calibration_map_is_refused_by_key_before_anything_is_built()
     preflight.decision_settings(OmegaConf.create({"calibration": "platt"}))
     with pytest.raises(UserError, match=r"abstention=variance is not a disagreement score.*abstention=spread \| entropy"):
         preflight.decision_settings(OmegaConf.create({"abstention": "variance"}))
+
+
+def test_serve_refuses_what_would_fail_later_before_it_binds_or_loads(tmp_path):
+    export = tmp_path / "export" / "DE"
+    export.mkdir(parents=True)
+    (export / "culture_card.json").write_text('{"culture": "DE"}')
+    _refused(_run(tmp_path, "crossmod", "serve", paths=False), tmp_path, "adapters is not set", "crossmod export run=<run dir>")
+    result = _run(tmp_path, "crossmod", "serve", f"adapters=[{tmp_path / 'nowhere'}]", paths=False)
+    _refused(result, tmp_path, f"adapters={tmp_path / 'nowhere'} does not exist")
+    _refused(_run(tmp_path, "crossmod", "serve", f"adapters=[{export},{export}]", paths=False), tmp_path, "two exports of culture DE")
+    for override, named in (
+        ("port=80", "port=80 is not a whole number ≥ 1024 and ≤ 65535"),
+        ("limits.max_queue=0", "limits.max_queue=0 is not a whole number ≥ 1"),
+        ("host=10.0.0.7", "host=10.0.0.7 is not an address the server binds"),
+        ("allow_missing=[caption]", "names ['caption'], not inputs"),
+        (f"auth.token_file={tmp_path / 'no-token'}", "auth.token_file="),
+    ):
+        _refused(_run(tmp_path, "crossmod", "serve", f"adapters=[{export}]", override, paths=False), tmp_path, named)
+    (tmp_path / "short").write_text("abc\n")
+    result = _run(tmp_path, "crossmod", "serve", f"adapters=[{export}]", f"auth.token_file={tmp_path / 'short'}", paths=False)
+    line = _refused(result, tmp_path, "holds no usable token", "secrets.token_urlsafe")
+    assert "abc" not in line.replace(str(tmp_path), "")  # the token is never printed
+    hidden = subprocess.run(
+        [sys.executable, "-c", HIDE.format(hidden=["litserve"]), "serve", f"adapters=[{export}]"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=scaled(300),
+    )  # fmt: skip
+    _refused(hidden, tmp_path, 'Fix: pip install "crossmod[serve]"', "crossmod serve needs litserve")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -196,6 +198,16 @@ def test_sigterm_answers_the_requests_in_flight_refuses_new_ones_and_exits_0(exp
     code, out = served.stop()
     assert answered["reply"][0] == 200 and len(answered["reply"][2]["memes"]) == 2
     assert code == 0 and "[serve] drained and stopped" in out, out[-3000:]
+
+
+def test_the_documented_curl_request_is_answered(server, memes, token_file, tmp_path):
+    line = next(line for line in (ROOT / "docs" / "serving.md").read_text().splitlines() if line.startswith("curl "))
+    (tmp_path / "memes.json").write_text(json.dumps({"memes": memes[0][:2]}))
+    shutil.copy(token_file, tmp_path / "token")
+    command = line.replace("http://127.0.0.1:8000", server.url)
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [answer["id"] for answer in json.loads(done.stdout)["memes"]] == [m["id"] for m in memes[0][:2]]
 
 
 def test_one_log_line_per_request_without_captions_images_or_the_token(server, memes):

@@ -135,19 +135,19 @@ def export_culture(
     writes can follow a link planted in the old folder."""
     _check_exportable(model, culture, kind)
     staging = out.parent / f".{out.name}.partial-{os.getpid()}"
-    _remove_path(staging)
+    remove_path(staging)
     staging.mkdir(parents=True)
     try:
         _write_culture(model, info, run_dir, culture, staging, merge, ship_base_mb, kind)
     except BaseException:
-        _remove_path(staging)
+        remove_path(staging)
         raise
     shared_permissions(staging)
-    _replace_folder(staging, out)
+    replace_folder(staging, out)
     return out
 
 
-def _culture_baselines(baselines: dict[str, Any] | None, culture: str) -> dict[str, Any]:
+def culture_baselines(baselines: dict[str, Any] | None, culture: str) -> dict[str, Any]:
     """Each baseline's name, rule and this culture's scores per stage (the run's metrics.json `baselines.rows`)."""
     rows = (baselines or {}).get("rows") or {}
     return {
@@ -156,7 +156,7 @@ def _culture_baselines(baselines: dict[str, Any] | None, culture: str) -> dict[s
     }
 
 
-def _trained_on(run_dir: Path, metrics: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def trained_on(run_dir: Path, metrics: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """The dataset and split rule the exported weights were trained and selected with."""
     manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").is_file() else {}
     data, roles = config.get("data") or {}, manifest.get("split_roles") or {}  # the datamodule's defaults, as converted
@@ -191,21 +191,21 @@ def _within_run(checkpoint: str, run_dir: Path) -> str:
         return path.name
 
 
-def _remove_path(path: Path) -> None:
+def remove_path(path: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.is_dir():
         shutil.rmtree(path)
 
 
-def _replace_folder(new: Path, out: Path) -> None:
+def replace_folder(new: Path, out: Path) -> None:
     """Put the complete folder `new` in place of `out` (whatever `out` was: nothing, a folder, a link)."""
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     if out.is_symlink() or out.exists():
-        _remove_path(old)
+        remove_path(old)
         os.replace(out, old)
     os.replace(new, out)
-    _remove_path(old)
+    remove_path(old)
 
 
 class UnknownCulture(UserError, KeyError):
@@ -294,15 +294,15 @@ def _write_culture(
         # what trained and selected these weights: the dataset (fingerprint), the fold and the selection rule; the run's
         # manifest copy beside the card holds the fold assignment, so evaluate.py split=auto scores exactly the held-out
         # memes and counts any scored meme the export trained or was selected on
-        "trained_on": _trained_on(run_dir, metrics, info["config"]),
+        "trained_on": trained_on(run_dir, metrics, info["config"]),
         "selection": _portable_selection(metrics.get("selection"), run_dir),
         "metrics_per_fold": fold_metrics(run_dir, metrics.get("experiment"), culture),
         # the temperature fitted on the run's selection split, which predict applies beside the raw probability
-        "calibration": _culture_calibration(metrics.get("calibration"), culture),
+        "calibration": culture_calibration(metrics.get("calibration"), culture),
         # the moderation policy's thresholds for this culture, chosen on the run's selection split (predict applies them)
-        "policy": _culture_policy(metrics.get("policy"), culture),
+        "policy": culture_policy(metrics.get("policy"), culture),
         # the baselines fitted on the same training memes, scored on the same memes as `metrics` (this culture's rows)
-        "baselines": _culture_baselines(metrics.get("baselines"), culture),
+        "baselines": culture_baselines(metrics.get("baselines"), culture),
         "training_config": without_machine_paths(redact(info["config"])),
     }
     if (run_dir / "manifest.json").is_file():
@@ -349,7 +349,7 @@ def _export_database(
     )
 
 
-def _culture_calibration(calibration: dict[str, Any] | None, culture: str) -> dict[str, Any] | None:
+def culture_calibration(calibration: dict[str, Any] | None, culture: str) -> dict[str, Any] | None:
     """The culture's calibration map (the run's `calibration=`; its temperature too), its rule and the run's held-out
     scores before and after it; None without one."""
     row = ((calibration or {}).get("heads") or {}).get(culture)
@@ -368,7 +368,7 @@ def _culture_calibration(calibration: dict[str, Any] | None, culture: str) -> di
     }
 
 
-def _culture_policy(policy: dict[str, Any] | None, culture: str) -> dict[str, Any] | None:
+def culture_policy(policy: dict[str, Any] | None, culture: str) -> dict[str, Any] | None:
     """The policy's name, targets and rule, with this culture's thresholds (or why a target was unreachable)."""
     if not policy or culture not in (policy.get("heads") or {}):
         return None

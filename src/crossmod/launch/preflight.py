@@ -520,6 +520,10 @@ def export(cfg: DictConfig) -> None:
     existing(cfg, "run", "a run directory: <paths.log_dir>/<name>/runs/<id>", "metrics.json")
     if cfg.get("kind", "head") not in ("head", "retrieval"):
         raise UserError(f"kind={cfg.kind} is not one of [head, retrieval]", "pass kind=head (the culture's head) or kind=retrieval", "kind")
+    if cfg.get("format", "cultures") not in ("cultures", "hf_seq_cls"):
+        raise UserError(f"format={cfg.format} is not an export format", "pass format=cultures (a folder per culture) or format=hf_seq_cls", "format")
+    if cfg.get("format") == "hf_seq_cls" and (cfg.get("culture") or cfg.get("kind", "head") != "head" or cfg.get("merge")):
+        raise UserError("format=hf_seq_cls writes every culture's head into one classifier, its LoRA merged", "drop culture=, kind= and merge=", "format")
     if cfg.get("culture"):  # against the run's own heads, before its model is loaded (minutes for a VLM)
         heads = _run_heads(Path(str(cfg.run)))
         if heads is not None and str(cfg.culture) not in heads:
