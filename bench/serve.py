@@ -269,7 +269,7 @@ def main() -> None:
             f"p99 {sorted(p['served_c64']['p99_ms'])[len(p['served_c64']['p99_ms']) // 2]:.0f} ms), every culture from one forward pass, while the five one-culture servers "
             f"were up beside it; those five together answered {p['per_culture_c64']['median']:.0f}. Alone on the machine it answered {p['served_c64_again']['median']:.0f} "
             f"requests/s, against {p['predict_per_request']['median']:.2f} for `crossmod predict` started per request ({vs_predict:.0f}×: a process start "
-            "and a model load per request). Memory: {memory['served_mib']:.0f} MiB for the five cultures' server against {memory['separate_mib']:.0f} MiB for five servers "
+            f"and a model load per request). Memory: {memory['served_mib']:.0f} MiB for the five cultures' server against {memory['separate_mib']:.0f} MiB for five servers "
             f"(inference workers: {memory['served_worker_mib']:.0f} against {memory['separate_workers_mib']:.0f} MiB)."
         )
         result.finding(

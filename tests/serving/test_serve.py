@@ -200,14 +200,26 @@ def test_sigterm_answers_the_requests_in_flight_refuses_new_ones_and_exits_0(exp
     assert code == 0 and "[serve] drained and stopped" in out, out[-3000:]
 
 
-def test_the_documented_curl_request_is_answered(server, memes, token_file, tmp_path):
-    line = next(line for line in (ROOT / "docs" / "serving.md").read_text().splitlines() if line.startswith("curl "))
+def test_the_documented_curl_requests_are_answered_json_and_form_alike(server, memes, token_file, tmp_path):
+    lines = [line for line in (ROOT / "docs" / "serving.md").read_text().splitlines() if line.startswith("curl ")]
     (tmp_path / "memes.json").write_text(json.dumps({"memes": memes[0][:2]}))
+    (tmp_path / "meme.jpg").write_bytes(base64.b64decode(memes[0][0]["image"]))
     shutil.copy(token_file, tmp_path / "token")
-    command = line.replace("http://127.0.0.1:8000", server.url)
-    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert [answer["id"] for answer in json.loads(done.stdout)["memes"]] == [m["id"] for m in memes[0][:2]]
+    answers = []
+    for line in lines:
+        done = subprocess.run(["bash", "-c", line.replace("http://127.0.0.1:8000", server.url)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        answers.append(json.loads(done.stdout)["memes"])
+    json_answer, form_answer = answers
+    assert [a["id"] for a in json_answer] == [m["id"] for m in memes[0][:2]] and form_answer[0]["id"] == "m1"
+    # the form upload of the first meme's image with another caption: scored like the JSON meme it stands for
+    status, _, body = server.classify([{"id": "m1", "text": "when the landlords show up again", "image": memes[0][0]["image"]}], AUTH)
+    assert status == 200 and body["memes"][0]["cultures"]["US"]["p"] == pytest.approx(form_answer[0]["cultures"]["US"]["p"], abs=1e-6)
+    bad = "--b\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\nx\r\n--b\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.png\"\r\n\r\nnot an image\r\n--b--\r\n"
+    status, _, body = server.request("POST", "/v1/classify", bad.encode(), {"content-type": "multipart/form-data; boundary=b", **AUTH})
+    assert status == 422 and body["detail"][0]["loc"][1:] == ["memes", 0, "image"], body
+    status, _, body = server.request("POST", "/v1/classify", b"garbage", {"content-type": "multipart/form-data", **AUTH})
+    assert status == 422 and "boundary" in json.dumps(body), body
 
 
 def test_one_log_line_per_request_without_captions_images_or_the_token(server, memes):

@@ -2,6 +2,7 @@
 - gives it a request id (the client's `X-Request-ID` when it is a short token, else a fresh one), echoed back;
 - checks the bearer token, when the server has one, in constant time (`hmac.compare_digest`); health probes pass;
 - refuses a body over `max_body_bytes`: at once by its Content-Length, or as soon as the bytes read exceed it;
+- reads a `multipart/form-data` upload of one meme as the JSON body it stands for (the same field checks follow);
 - refuses new classify requests with 503 and `Retry-After` while `max_queue` are already in flight (a bounded queue:
   memory never grows with the load);
 - writes one JSON log line when the request ends: id, method, path, status, milliseconds, bytes. Never a caption, an
@@ -32,6 +33,10 @@ REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 class TooLarge(Exception):
     """The body grew past the limit while it was read."""
+
+
+class BadMultipart(ValueError):
+    """A multipart body that is no form of one meme."""
 
 
 class Guard:
@@ -82,7 +87,11 @@ class Guard:
                 return message
 
             try:
+                if queued and headers.get("content-type", "").startswith("multipart/form-data"):
+                    scope, bounded_receive = await _as_json(scope, bounded_receive, headers["content-type"])
                 await self.app(scope, bounded_receive, send_with_id)
+            except BadMultipart as error:
+                await _reply(send_with_id, 422, [{"loc": ["body"], "msg": str(error), "type": "multipart"}])
             except TooLarge:
                 if not state["status"]:
                     await _reply(
@@ -124,7 +133,34 @@ class Guard:
         return None
 
 
-async def _reply(send: Callable[[Message], Awaitable[None]], status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+async def _as_json(scope: Scope, receive: Callable[[], Awaitable[Message]], content_type: str) -> tuple[Scope, Callable[[], Awaitable[Message]]]:
+    """A multipart upload (read whole, within the body limit) as the JSON body of one meme (`memes.from_multipart`)."""
+    from crossmod.serving.memes import from_multipart
+
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    try:
+        body = json.dumps(from_multipart(content_type, b"".join(chunks))).encode()
+    except ValueError as error:
+        raise BadMultipart(str(error)) from None
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in (b"content-type", b"content-length")]
+    scope = {**scope, "headers": [*headers, (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()  # a disconnect, if the client goes
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return scope, replay
+
+
+async def _reply(send: Callable[[Message], Awaitable[None]], status: int, detail: Any, headers: dict[str, str] | None = None) -> None:
     body = json.dumps({"detail": detail}).encode()
     extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send(

@@ -110,3 +110,29 @@ class ClassifyRequest(BaseModel):
 def field_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pydantic's errors without the values sent (a caption or an image is never echoed back, nor logged)."""
     return [{"loc": list(error.get("loc", ())), "msg": str(error.get("msg", "")), "type": error.get("type", "")} for error in errors]
+
+
+def from_multipart(content_type: str, body: bytes) -> dict[str, Any]:
+    """A `multipart/form-data` upload of one meme (fields `id`, `text`, `lang`, and the image file as `image`) as the
+    JSON body `ClassifyRequest` reads, so both encodings get the same checks; parsed by the standard library's MIME
+    parser. A part without a name is refused; other unknown fields reach the request model, which names them."""
+    from email import policy
+    from email.parser import BytesParser
+
+    message = BytesParser(policy=policy.HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+    if not message.is_multipart():
+        raise ValueError("the multipart body could not be parsed (its boundary is missing or wrong)")
+    meme: dict[str, Any] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not name:
+            raise ValueError("a multipart part has no name (Content-Disposition: form-data; name=…)")
+        data = part.get_payload(decode=True) or b""
+        if name == "image":
+            meme["image"] = base64.b64encode(data).decode("ascii")
+        else:
+            try:
+                meme[str(name)] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"the multipart field {name!r} is not UTF-8 text") from None
+    return {"memes": [meme]}
