@@ -39,7 +39,7 @@ def exported(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     assert done.returncode == 0, done.stderr[-3000:]
     manifest = json.loads((run / "manifest.json").read_text())
     shards = data_dir / "shards" / f"{manifest['dataset']}-{manifest['fingerprint']}"
-    return {"shards": shards, **{culture: out / culture for culture in CULTURES}}
+    return {"shards": shards, "run": run, **{culture: out / culture for culture in CULTURES}}
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +220,32 @@ def test_the_documented_curl_requests_are_answered_json_and_form_alike(server, m
     assert status == 422 and body["detail"][0]["loc"][1:] == ["memes", 0, "image"], body
     status, _, body = server.request("POST", "/v1/classify", b"garbage", {"content-type": "multipart/form-data", **AUTH})
     assert status == 422 and "boundary" in json.dumps(body), body
+
+
+def test_a_retrieval_culture_answers_with_its_neighbours_as_predict_does(exported, memes, tmp_path):
+    """A retrieval export scores itself (its own body) beside a head export sharing nothing with it: two forward passes,
+    and the rows (probability, neighbours, disagreement) are predict's."""
+    from crossmod.serving.cultures import ServedCultures
+
+    done = run_python([sys.executable, str(ROOT / "export.py"), f"run={exported['run']}", "culture=US", "kind=retrieval", f"out={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    served = ServedCultures.load([str(tmp_path / "US"), str(exported["DE"])])
+    assert served.forwards() == 2 and [body.shared for body in served.bodies] == [False, True]
+    records = list(read_inputs(memes[1]))
+    rows = served.rows(records)
+    out = tmp_path / "predicted.jsonl"
+    done = run_python([sys.executable, str(ROOT / "predict.py"), f"adapters=[{tmp_path / 'US'},{exported['DE']}]", f"inputs={memes[1]}", f"out={out}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    predicted = [json.loads(line) for line in out.read_text().splitlines()]
+    for row, expected in zip(rows, predicted, strict=True):
+        assert row["US_neighbours"] == expected["US_neighbours"] and row["US_neighbour_labels"] == expected["US_neighbour_labels"]
+        for key in ("US_probability", "DE_probability", "disagreement"):
+            assert row[key] == pytest.approx(expected[key], abs=1e-5), key
+    from crossmod.serving.api import answer
+
+    shown = answer(rows[0], {"US": None, "DE": "cautious"})["cultures"]
+    assert [n["id"] for n in shown["US"]["neighbours"]] == rows[0]["US_neighbours"] and "policy" not in shown["US"]
+    assert shown["DE"]["policy"] == "cautious" and shown["DE"]["p"] == rows[0]["DE_probability"]
 
 
 def test_one_log_line_per_request_without_captions_images_or_the_token(server, memes):
