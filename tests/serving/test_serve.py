@@ -243,8 +243,8 @@ def test_a_retrieval_culture_answers_with_its_neighbours_as_predict_does(exporte
             assert row[key] == pytest.approx(expected[key], abs=1e-5), key
     from crossmod.serving.api import answer
 
-    shown = answer(rows[0], {"US": None, "DE": "cautious"})["cultures"]
-    assert [n["id"] for n in shown["US"]["neighbours"]] == rows[0]["US_neighbours"] and "policy" not in shown["US"]
+    shown = answer(rows[0], {"US": "cautious", "DE": "cautious"})["cultures"]
+    assert [n["id"] for n in shown["US"]["neighbours"]] == rows[0]["US_neighbours"] and shown["US"]["action"] == rows[0]["US_action"]
     assert shown["DE"]["policy"] == "cautious" and shown["DE"]["p"] == rows[0]["DE_probability"]
 
 
