@@ -248,6 +248,28 @@ def test_a_retrieval_culture_answers_with_its_neighbours_as_predict_does(exporte
     assert shown["DE"]["policy"] == "cautious" and shown["DE"]["p"] == rows[0]["DE_probability"]
 
 
+def test_one_request_per_batch_is_answered_as_batched_requests_are(exported, memes):
+    """LitServe hands `predict` one request when max_batch_size=1 and a list of them otherwise; both answer alike, and a
+    request lacking an input a culture reads gets its own 422 beside the others of its batch."""
+    from crossmod.serving.api import CultureAPI
+    from crossmod.serving.memes import ClassifyRequest
+
+    folders = [str(exported[c]) for c in ("US", "DE")]
+    one, many = CultureAPI(folders, max_batch_size=1), CultureAPI(folders, max_batch_size=4)
+    one.setup("cpu")
+    many.setup("cpu")
+    request = one.decode_request(ClassifyRequest(memes=memes[0][:3]))
+    lacking = many.decode_request(ClassifyRequest(memes=[{"id": "no-image", "text": "a caption"}]))
+    alone = one.encode_response(one.predict(request))
+    batched = [many.encode_response(output) for output in many.predict([request, lacking, request])]
+    assert [a["id"] for a in alone["memes"]] == [a["id"] for a in batched[0]["memes"]] == [m["id"] for m in memes[0][:3]]
+    for first, again, want in zip(batched[0]["memes"], batched[2]["memes"], alone["memes"], strict=True):
+        for culture in ("US", "DE"):  # equal up to float rounding: rows in another batch are padded with others
+            assert first["cultures"][culture]["p"] == pytest.approx(want["cultures"][culture]["p"], abs=1e-6)
+            assert again["cultures"][culture]["p"] == pytest.approx(want["cultures"][culture]["p"], abs=1e-6)
+    assert batched[1].status_code == 422 and json.loads(batched[1].body)["detail"][0]["loc"] == ["body", "memes", 0, "image"]
+
+
 def test_one_log_line_per_request_without_captions_images_or_the_token(server, memes):
     good = {**memes[0][0], "text": SECRET_CAPTION}
     assert server.classify([good], {**AUTH, "x-request-id": "log-check-1"})[0] == 200

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,11 +135,17 @@ def export_culture(
     no half-written folder (an earlier export there stays until the new one is complete), and no file the export
     writes can follow a link planted in the old folder."""
     _check_exportable(model, culture, kind)
+    return staged_folder(out, lambda staging: _write_culture(model, info, run_dir, culture, staging, merge, ship_base_mb, kind))
+
+
+def staged_folder(out: Path, write: Callable[[Path], None]) -> Path:
+    """`write` fills a fresh folder beside `out`, which is renamed into place once whole: a failed export leaves no
+    half-written folder (an earlier one there stays until the new one is complete)."""
     staging = out.parent / f".{out.name}.partial-{os.getpid()}"
     remove_path(staging)
     staging.mkdir(parents=True)
     try:
-        _write_culture(model, info, run_dir, culture, staging, merge, ship_base_mb, kind)
+        write(staging)
     except BaseException:
         remove_path(staging)
         raise

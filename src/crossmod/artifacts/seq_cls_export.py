@@ -14,22 +14,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from crossmod.artifacts.adapter_folder import ExportError
-from crossmod.artifacts.culture_folders import (
-    culture_baselines,
-    culture_calibration,
-    culture_policy,
-    remove_path,
-    replace_folder,
-    trained_on,
-)
-from crossmod.data.cache_files import shared_permissions
+from crossmod.artifacts.culture_folders import culture_baselines, culture_calibration, culture_policy, staged_folder, trained_on
 from crossmod.models.backbone import Generative
 from crossmod.models.heads import GroupHeadLayers
 from crossmod.models.module import MemeClassifier
@@ -107,16 +98,10 @@ def export_seq_cls(model: MemeClassifier, info: dict[str, Any], run_dir: Path, o
         "policy": {culture: culture_policy(metrics.get("policy"), culture) for culture in cultures},
         "trained_on": trained_on(run_dir, metrics, info["config"]),
     }
-    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
-    remove_path(staging)
-    staging.mkdir(parents=True)
-    try:
-        classifier.save_pretrained(staging, safe_serialization=True)
-        model.preprocessor.processor.save_pretrained(staging)
-        (staging / CARD).write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
-    except BaseException:
-        remove_path(staging)
-        raise
-    shared_permissions(staging)
-    replace_folder(staging, out)
-    return out
+
+    def write(folder: Path) -> None:
+        classifier.save_pretrained(folder, safe_serialization=True)
+        model.preprocessor.processor.save_pretrained(folder)
+        (folder / CARD).write_text(json.dumps(card, indent=1, ensure_ascii=False, default=str))
+
+    return staged_folder(out, write)

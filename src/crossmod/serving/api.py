@@ -74,8 +74,11 @@ class CultureAPI(ls.LitAPI):
     def batch(self, inputs: list[Any]) -> list[Any]:
         return inputs
 
-    def predict(self, requests: list[Any]) -> list[Any]:
-        """One scoring of every valid request's memes together; each request gets back its own rows."""
+    def predict(self, batched: Any) -> Any:
+        """One scoring of every valid request's memes together; each request gets back its own rows. With
+        `max_batch_size=1` LitServe hands over one request, not a list of them."""
+        single = self.max_batch_size <= 1
+        requests = [batched] if single else batched
         records = [record for request in requests if isinstance(request, list) for record in request]
         rows = self.cultures.rows(records) if records else []
         answers, start = [], 0
@@ -85,7 +88,7 @@ class CultureAPI(ls.LitAPI):
                 start += len(request)
             else:
                 answers.append(request)
-        return answers
+        return answers[0] if single else answers
 
     def unbatch(self, output: list[Any]) -> list[Any]:
         return output

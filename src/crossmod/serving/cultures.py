@@ -2,8 +2,8 @@
 
 Each exported culture folder is loaded through the one loader (`crossmod.artifacts.loading.load`: verified, data never
 code), then the folders are sorted into *bodies*, one backbone each:
-- exports of one run hold the same backbone (the same `model.safetensors`, or the same LoRA adapter file): they share
-  it outright, and each culture adds only its head layers;
+- exports of one run hold the same backbone (the same tensors, or the same LoRA adapter's, compared once loaded): they
+  share it outright, and each culture adds only its head layers;
 - LoRA exports of different runs over one base become named adapters of one PEFT model, and a batch runs every
   adapter at once as a mixed-adapter batch (PEFT's `adapter_names`: each row through its own adapter), one forward;
 - an export that scores itself (a retrieval adapter, late fusion, a verbalizer) keeps its own model.
@@ -13,7 +13,6 @@ The rows a server answers with are `crossmod predict`'s rows (`crossmod.inferenc
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from collections.abc import Mapping
@@ -74,23 +73,17 @@ class Body:
     model: MemeClassifier
     adapters: dict[str | None, list[Culture]] = field(default_factory=dict)
     shared: bool = True
+    family: str = ""  # `_family_key` of its exports
 
     @property
     def cultures(self) -> list[Culture]:
         return [culture for group in self.adapters.values() for culture in group]
 
 
-def _digest(path: Path) -> str:
-    hasher = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            hasher.update(chunk)
-    return hasher.hexdigest()
-
-
-def _base_key(folder: Path) -> str:
-    """What must be equal for two exports to run on one backbone: the family config without heads and training settings
-    (and without the LoRA settings, which an adapter of its own carries)."""
+def _family_key(folder: Path, card: Mapping[str, Any]) -> str:
+    """What must be equal for two exports to run on one backbone, as their files say it: the family config without heads,
+    LoRA and training settings, and the base by name, revision and content hash (two shipped bases under one folder
+    name are told apart by `base_provenance`). The tensors are compared too (`_same`) before anything is shared."""
     config = json.loads((folder / "model_config.json").read_text(encoding="utf-8"))
     kept = {k: v for k, v in config.items() if k not in TRAINING_ONLY}
     fusion = kept.get("fusion")
@@ -99,11 +92,18 @@ def _base_key(folder: Path) -> str:
     preprocessor = kept.get("preprocessor")
     if isinstance(preprocessor, dict):
         kept["preprocessor"] = {k: v for k, v in preprocessor.items() if k != "heads"}
-    return json.dumps(kept, sort_keys=True, default=str)
+    base = {key: card.get(key) for key in ("format", "base_model", "base_revision", "base_provenance")}
+    return json.dumps([kept, base], sort_keys=True, default=str)
 
 
-def _weights_file(folder: Path, card: Mapping[str, Any]) -> Path:
-    return folder / ("adapter_model.safetensors" if card["format"] == "peft-lora" else "model.safetensors")
+def _backbone_state(model: MemeClassifier, adapter_weights: bool = True) -> dict[str, torch.Tensor]:
+    """The backbone's tensors; without `adapter_weights`, only the base's (no LoRA factors, no adapter's own module copies)."""
+    state = model.backbone.state_dict()  # type: ignore[union-attr]
+    return state if adapter_weights else {k: v for k, v in state.items() if "lora_" not in k and "modules_to_save" not in k}
+
+
+def _same(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in a)
 
 
 def _shares_heads(model: MemeClassifier, card: Mapping[str, Any]) -> bool:
@@ -127,8 +127,6 @@ class ServedCultures:
         from crossmod.artifacts.loading import load
 
         bodies: list[Body] = []
-        by_weights: dict[tuple[str, str], tuple[Body, str | None]] = {}  # (base, weights digest) → where they are
-        by_base: dict[str, Body] = {}  # a LoRA base → the body whose PEFT model takes further adapters
         seen: dict[str, str] = {}
         for reference in folders:
             folder = Path(reference)
@@ -141,23 +139,23 @@ class ServedCultures:
             if not _shares_heads(model, card):
                 bodies.append(Body(model, {None: [Culture(name, str(folder), card, model.heads[name], None)]}, shared=False))
                 continue
-            culture = Culture(name, str(folder), card, model.heads[name], model.head_layers)
-            base, weights = _base_key(folder), _digest(_weights_file(folder, card))
+            culture, family = Culture(name, str(folder), card, model.heads[name], model.head_layers), _family_key(folder, card)
             lora = card["format"] == "peft-lora"
-            if (base, weights) in by_weights:  # one run's backbone: its head layers are all this culture adds
-                body, adapter = by_weights[(base, weights)]
-                body.adapters[adapter].append(culture)
-            elif lora and base in by_base:  # another run's adapter over the same base: one more named adapter
-                body, adapter = by_base[base], _add_adapter(by_base[base].model, model, f"adapter{len(by_base[base].adapters)}")
-                body.adapters[adapter] = [culture]
-                by_weights[(base, weights)] = (body, adapter)
+            candidates = [body for body in bodies if body.shared and body.family == family]
+            if lora:  # which adapter of a body, if any, holds exactly this culture's LoRA weights
+                mine = _adapter_state(model, FIRST_ADAPTER)
+                found = next(((b, a) for b in candidates for a in b.adapters if _same(_adapter_state(b.model, a), mine)), None)
             else:
-                adapter = FIRST_ADAPTER if lora else None
-                body = Body(model, {adapter: [culture]})
-                bodies.append(body)
-                by_weights[(base, weights)] = (body, adapter)
-                if lora:
-                    by_base[base] = body
+                found = next(((b, None) for b in candidates if _same(_backbone_state(b.model), _backbone_state(model))), None)
+            if found is not None:  # one run's backbone: its head layers are all this culture adds
+                body, adapter = found
+                body.adapters[adapter].append(culture)
+                continue
+            same_base = next((b for b in candidates if lora and _same(_backbone_state(b.model, False), _backbone_state(model, False))), None)
+            if same_base is not None:  # another run's adapter over the same base: one more named adapter of its PEFT model
+                same_base.adapters[_add_adapter(same_base.model, model, f"adapter{len(same_base.adapters)}")] = [culture]
+                continue
+            bodies.append(Body(model, {FIRST_ADAPTER if lora else None: [culture]}, family=family))
         return cls(bodies, threshold, disagreement)
 
     def to(self, device: torch.device | str) -> ServedCultures:
@@ -240,6 +238,15 @@ def _features(body: Body, batch: dict[str, Any], adapter_names: list[str | None]
     # each LoRA layer the rows' adapter names; the classifier calls the inner model (no LM head), so it enters it here
     with peft_model.base_model._enable_peft_forward_hooks(adapter_names=adapter_names):
         return model.embed(batch)
+
+
+def _adapter_state(model: MemeClassifier, adapter: str | None) -> dict[str, torch.Tensor]:
+    """One PEFT adapter's tensors (what its adapter file holds)."""
+    from peft import get_peft_model_state_dict
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Could not find a config file", category=UserWarning)  # see _add_adapter
+        return get_peft_model_state_dict(model.backbone.model, adapter_name=adapter)  # type: ignore[union-attr]
 
 
 def _add_adapter(into: MemeClassifier, source: MemeClassifier, name: str) -> str:
