@@ -78,8 +78,12 @@ def load(ports: list[int], bodies: list[bytes], concurrency: int, requests: int)
         import threading
 
         mine = clients.setdefault(threading.get_ident(), [Client(port) for port in ports])
-        with ThreadPoolExecutor(max_workers=len(ports)) if len(ports) > 1 else _Inline() as fan:
-            replies = list(fan.map(lambda client: client.post(bodies[k % len(bodies)]), mine))
+        body = bodies[k % len(bodies)]
+        if len(mine) == 1:
+            replies = [mine[0].post(body)]
+        else:  # every server at once: one answer per culture
+            with ThreadPoolExecutor(max_workers=len(mine)) as fan:
+                replies = list(fan.map(lambda client: client.post(body), mine))
         if any(status != 200 for status, _, _ in replies):
             raise RuntimeError(f"a request failed: {[(s, b[:200]) for s, b, _ in replies if s != 200]}")
         return max(seconds for _, _, seconds in replies)
@@ -89,19 +93,6 @@ def load(ports: list[int], bodies: list[bytes], concurrency: int, requests: int)
         latencies = sorted(pool.map(one, range(requests)))
     wall = time.perf_counter() - start
     return {"requests_per_s": requests / wall, "p50_ms": 1000 * latencies[len(latencies) // 2], "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
-
-
-class _Inline:
-    """ThreadPoolExecutor's `map` without threads (one server: nothing to fan out)."""
-
-    def __enter__(self) -> _Inline:
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        return None
-
-    def map(self, function: Any, items: Any) -> Any:
-        return map(function, items)
 
 
 def predict_per_request(folders: list[Path], jsonl: Path, work: Path, concurrency: int, requests: int) -> dict[str, float]:

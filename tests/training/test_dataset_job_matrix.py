@@ -39,8 +39,9 @@ FIXTURES = {
 TRAIN = ("model=text", "fold=0", "num_folds=2", "trainer.max_epochs=1", "data.num_workers=0", "data.batch_size=4", "print_table=false")
 # What each job does with each dataset: "works", or the words its refusal names the problem with.
 RETRIEVAL_NEEDS_BINARY = "binary"
-EXPECTED = {name: {"train": "works", "export head": "works", "export retrieval": "works", "predict": "works",
-                   "evaluate export": "works", "cv_report": "works"} for name in FIXTURES}  # fmt: skip
+SEQ_CLS_NEEDS_VLM = "format=hf_seq_cls exports a VLM classifier"  # the text family has no Transformers classifier class to be
+EXPECTED = {name: {"train": "works", "export head": "works", "export retrieval": "works", "export hf_seq_cls": SEQ_CLS_NEEDS_VLM,
+                   "predict": "works", "serve": "works", "evaluate export": "works", "cv_report": "works"} for name in FIXTURES}  # fmt: skip
 EXPECTED["memebridge"]["export retrieval"] = RETRIEVAL_NEEDS_BINARY  # sentiment and emotion are not binary heads
 
 
@@ -73,7 +74,10 @@ def _cells(name: str, root: Path, data_dir: Path, shards: Path) -> tuple[dict[st
     """Every job on one dataset: {job: "works" or the refusal}, and what the checks below need."""
     from crossmod.artifacts.culture_folders import export_culture
     from crossmod.artifacts.loading import load
+    from crossmod.artifacts.seq_cls_export import export_seq_cls
+    from crossmod.data.predict_inputs import read_inputs
     from crossmod.reports.cv import report
+    from crossmod.serving.cultures import ServedCultures
 
     fixture, culture = FIXTURES[name]
     data = [f"data={name}", *fixture(root, shards)]
@@ -94,8 +98,18 @@ def _cells(name: str, root: Path, data_dir: Path, shards: Path) -> tuple[dict[st
     manifest = json.loads((run / "manifest.json").read_text())
     shard_folder = data_dir / "shards" / f"{manifest['dataset']}-{manifest['fingerprint']}"  # where data=<name> converted to
     facts.update(run=run, export=export, culture=culture, shards=shard_folder)
+    try:
+        export_seq_cls(model, info, run, root / "hf_seq_cls")
+        cells["export hf_seq_cls"] = "works"
+    except ValueError as error:  # ExportError: the family has no Transformers classifier folder
+        cells["export hf_seq_cls"] = f"refused: {error}"
     predicted = _command(str(ROOT / "predict.py"), f"adapters={export}", f"inputs={shard_folder}", f"out={root / 'predictions.csv'}")
     cells["predict"] = "works" if predicted.returncode == 0 else f"refused: {predicted.stderr[-300:]}"
+    try:  # what crossmod serve's worker answers with (src/crossmod/serving/cultures.py), in this process
+        facts["served"] = ServedCultures.load([str(export)]).rows(list(read_inputs(shard_folder)))
+        cells["serve"] = "works"
+    except ValueError as error:
+        cells["serve"] = f"refused: {error}"
     evaluated = _command(str(ROOT / "evaluate.py"), f"ckpt={export}", *data, f"paths.data_dir={data_dir}", f"out={root / 'report'}")
     cells["evaluate export"] = "works" if evaluated.returncode == 0 else f"refused: {evaluated.stderr[-300:]}"
     try:
@@ -142,6 +156,23 @@ def test_the_export_scores_the_runs_held_out_fold_with_the_runs_numbers(matrix, 
     if f"{culture}_probability" in rows[0]:  # a binary head; predict.py writes a class head's scores otherwise
         predicted = {r["id"]: float(r[f"{culture}_probability"]) for r in rows}
         assert tested and max(abs(predicted[i] - p) for i, p in tested.items()) < 1e-5
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_serving_answers_every_dataset_as_predict_does(matrix, name):
+    """The rows crossmod serve answers with are predict.py's rows for the same memes: binary and class heads alike."""
+    cells, facts = matrix[name]
+    culture = facts["culture"]
+    with open(facts["export"].parents[1] / "predictions.csv") as handle:
+        predicted = {row["id"]: row for row in csv.DictReader(handle)}
+    served = {row["id"]: row for row in facts["served"]}
+    assert served.keys() == predicted.keys() and served
+    for meme, row in served.items():
+        if f"{culture}_probability" in row:
+            assert row[f"{culture}_probability"] == pytest.approx(float(predicted[meme][f"{culture}_probability"]), abs=1e-5)
+            assert row[f"{culture}_decision"] == int(predicted[meme][f"{culture}_decision"])
+        else:
+            assert row[f"{culture}_probabilities"] == pytest.approx(json.loads(predicted[meme][f"{culture}_probabilities"]), abs=1e-5)
 
 
 @pytest.mark.parametrize("name", list(FIXTURES))

@@ -108,7 +108,7 @@ def predict_in_order(
     for output in outputs:
         fields = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in output.items() if k != "index"}
         for row, position in enumerate(output["index"].tolist()):
-            local.append((position, {k: _row(v, row) for k, v in fields.items()}))
+            local.append((position, {k: row_of(v, row) for k, v in fields.items()}))
     if trainer.world_size > 1:  # each rank scored its share (Lightning's unrepeated sampler): gather them all
         gathered: list[Any] = [None] * trainer.world_size
         dist.all_gather_object(gathered, local)
@@ -119,9 +119,10 @@ def predict_in_order(
     return [by_position[position] for position in range(len(records))]
 
 
-def _row(values: Any, row: int) -> Any:
+def row_of(values: Any, row: int) -> Any:
+    """One record's part of a step's field: a tensor's row as a list, a list's item, a mapping of them."""
     if isinstance(values, dict):
-        return {k: _row(v, row) for k, v in values.items()}
+        return {k: row_of(v, row) for k, v in values.items()}
     if isinstance(values, torch.Tensor):
         return values[row].reshape(-1).tolist()
     return values[row]

@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from crossmod.runtime.user_errors import UserError, error_chain, require
-from crossmod.runtime.value_ranges import Range, check_ranges
+from crossmod.runtime.value_ranges import check_ranges
 
 Check = Callable[[DictConfig], None]
 TRAIN = "crossmod train"
@@ -454,49 +454,6 @@ def culture_adapters(cfg: DictConfig) -> list[str]:
     if twice:
         raise UserError(f"adapters holds two exports of culture {twice[0]}: their columns would overwrite each other", "give each culture once", "adapters")
     return folders
-
-
-SERVE_RANGES = {
-    "port": Range(whole=True, low=1024, high=65535, example="8000"),
-    "threshold": Range(whole=False, low=0, high=1, example="0.5"),
-    "threads": Range(whole=True, low=1, nullable=True, example="2"),
-    "batching.max_batch_size": Range(whole=True, low=1, example="8"),
-    "batching.batch_timeout_s": Range(whole=False, low=0, example="0.01"),
-    "limits.max_queue": Range(whole=True, low=1, example="64"),
-    "limits.max_body_bytes": Range(whole=True, low=1, example="16777216"),
-    "limits.max_memes": Range(whole=True, low=1, example="64"),
-    "limits.max_image_bytes": Range(whole=True, low=1, example="10485760"),
-    "limits.max_text_chars": Range(whole=True, low=1, example="10000"),
-    "limits.request_timeout_s": Range(whole=False, low=0, above=True, example="30"),
-    "limits.drain_s": Range(whole=False, low=0, example="30"),
-}
-SERVE_HOSTS = ("127.0.0.1", "0.0.0.0", "::")  # the addresses LitServe binds
-
-
-def serve(cfg: DictConfig) -> None:
-    """crossmod serve: LitServe installed, the adapters exported culture folders, numbers in range, a usable token."""
-    needs_package("litserve", "adapters")
-    require(cfg, ["adapters"])
-    check_ranges(cfg, SERVE_RANGES)
-    culture_adapters(cfg)
-    if str(cfg.host) not in SERVE_HOSTS:
-        raise UserError(f"host={cfg.host} is not an address the server binds", f"pass host={' | '.join(SERVE_HOSTS)} (127.0.0.1: this machine only)", "host")
-    from crossmod.evaluation.abstention import SCORES
-
-    if cfg.disagreement not in SCORES:
-        raise UserError(f"disagreement={cfg.disagreement} is not a disagreement score crossmod computes", f"use disagreement={' | '.join(SCORES)}", "disagreement")
-    unknown = sorted(set(cfg.allow_missing) - {"text", "image"})
-    if unknown:
-        raise UserError(f"allow_missing={list(cfg.allow_missing)} names {unknown}, not inputs", "pass allow_missing=[text] and/or [image]", "allow_missing")
-    if cfg.auth.token_file:
-        existing({"auth.token_file": cfg.auth.token_file}, "auth.token_file", "a file holding the bearer token")  # type: ignore[arg-type]
-        token = Path(str(cfg.auth.token_file)).read_text(encoding="utf-8").strip()
-        if len(token) < 16 or not token.isprintable():
-            raise UserError(
-                f"auth.token_file={cfg.auth.token_file} holds no usable token (16 printable characters or more)",
-                "write a long random one there: python -c 'import secrets; print(secrets.token_urlsafe(32))' > <file>",
-                "auth.token_file",
-            )
 
 
 def adapter_folders(cfg: DictConfig) -> list[str]:

@@ -14,13 +14,13 @@ import hydra
 from omegaconf import DictConfig
 
 import crossmod.runtime.resolvers  # noqa: F401
-from crossmod.launch import preflight
+from crossmod.launch import preflight, serve_checks
 from crossmod.runtime.resolvers import package_configs
 from crossmod.runtime.user_errors import entry_point
 
 
 @hydra.main(version_base="1.3", config_path=str(package_configs()), config_name="serve")
-@entry_point(preflight.serve)
+@entry_point(serve_checks.serve)
 def main(cfg: DictConfig) -> None:
     from crossmod.artifacts.bases import base_overrides
     from crossmod.serving.api import CultureAPI

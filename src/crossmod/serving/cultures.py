@@ -271,6 +271,6 @@ def _add_adapter(into: MemeClassifier, source: MemeClassifier, name: str) -> str
 
 def _per_row(neighbours: Any, count: int) -> list[dict[str, Any]]:
     """A retrieval step's neighbours per meme (as `crossmod.inference.scoring` splits a step's fields)."""
-    from crossmod.inference.scoring import _row
+    from crossmod.inference.scoring import row_of
 
-    return [_row(neighbours, row) for row in range(count)]
+    return [row_of(neighbours, row) for row in range(count)]

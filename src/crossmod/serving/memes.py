@@ -60,7 +60,8 @@ class Meme(BaseModel):
 
     @field_validator("image")
     @classmethod
-    def _image(cls, value: str | None) -> str | None:
+    def _image(cls, value: str | None) -> bytes | None:
+        """The image's bytes, decoded and checked once here (the worker reads them as they are)."""
         if value is None:
             return None
         limit = cls.limits.max_image_bytes
@@ -75,12 +76,11 @@ class Meme(BaseModel):
         problem = check_image(data)
         if problem:
             raise ValueError(problem)
-        return value
+        return data
 
     def record(self) -> dict[str, Any]:
         """The sample dict the models' preprocessors read (as `crossmod predict` reads a meme)."""
-        image = base64.b64decode(self.image) if self.image is not None else None
-        return {"id": str(self.id), "text": self.text, "image": image, "lang": self.lang, "labels": {}}
+        return {"id": str(self.id), "text": self.text, "image": self.image, "lang": self.lang, "labels": {}}
 
 
 class ClassifyRequest(BaseModel):
